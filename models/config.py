@@ -1,0 +1,308 @@
+"""The YAML config (spec section 3) as validated pydantic objects.
+
+`load_config(path)` reads the file, resolves paths relative to it and returns one root
+`Config`. Every problem raises `InputError` naming the file, the key path and, where
+known, the line of the offending key.
+"""
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Literal, Optional, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from models.errors import InputError
+
+METRICS = ("cost", "sequential_time_ms", "pad_tokens")
+Metric = Literal["cost", "sequential_time_ms", "pad_tokens"]
+
+
+class Strict(BaseModel):
+    """Base: unknown keys are errors, values are validated on assignment too."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+def _non_negative(name: str, value):
+    if value is not None and value < 0:
+        raise ValueError(f"{name}={value!r} must be >= 0")
+    return value
+
+
+class Limits(Strict):
+    """Per-bucket hard limits; every one is optional (null = no limit)."""
+
+    p95_latency_ms: Optional[float] = Field(None, description="95th percentile latency (nearest rank) at most this")
+    p99_latency_ms: Optional[float] = Field(None, description="99th percentile latency (nearest rank) at most this")
+    max_latency_ms: Optional[float] = Field(None, description="latency of every request at most this")
+    pad_ratio: Optional[float] = Field(None, description="pad tokens / real tokens at most this")
+    pad_tokens: Optional[float] = Field(None, description="pad tokens at most this absolute count")
+    cost: Optional[float] = Field(None, description="sum of this bucket's batch costs at most this")
+    sequential_time_ms: Optional[float] = Field(None, description="sum of this bucket's batch latencies at most this")
+
+    @model_validator(mode="after")
+    def _check(self):
+        for key, value in self.items():
+            _non_negative(key, value)
+        return self
+
+    def items(self):
+        """(name, value) of every limit that is set."""
+        return [(k, v) for k, v in self.__dict__.items() if v is not None]
+
+
+class Columns(Strict):
+    """CSV column names mapped to the request fields."""
+
+    prompt_len: str = Field("prompt_len", description="column holding the prompt length")
+    gen_len: str = Field("gen_len", description="column holding the generated length")
+    request_id: Optional[str] = Field(None, description="column holding the id (row numbers when absent)")
+
+
+class Bucket(Strict):
+    """One traffic bucket: a request file and its limits."""
+
+    name: str = Field(..., min_length=1, description="bucket name, used in file names and batch ids")
+    requests: Path = Field(..., description="JSONL or CSV request file, relative to the config")
+    columns: Optional[Columns] = Field(None, description="CSV column mapping when not the default layouts")
+    limits: Limits = Field(default_factory=Limits, description="hard limits of this bucket")
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", value):
+            raise ValueError(f"name={value!r} must use only letters, digits, '_', '-', '.'")
+        return value
+
+
+class Shapes(Strict):
+    """The compiled shape set."""
+
+    max_unique: int = Field(8, ge=1, description="distinct shapes at most, across all buckets")
+    granularity: int = Field(64, ge=1, description="seq_align is a positive multiple of this")
+    candidates: Union[Literal["auto"], list[int]] = Field("auto", description="'auto' or explicit seq_align values")
+    heads_align: int = Field(32, ge=1, description="heads alignment written into every shape")
+    hidden_align: int = Field(4096, ge=1, description="hidden alignment written into every shape")
+
+    @model_validator(mode="after")
+    def _check_candidates(self):
+        if isinstance(self.candidates, list):
+            if not self.candidates:
+                raise ValueError("candidates=[] must list at least one seq_align")
+            for value in self.candidates:
+                if value < 1 or value % self.granularity:
+                    raise ValueError(
+                        f"candidates value {value!r} must be a positive multiple of granularity={self.granularity}")
+        return self
+
+
+class Batching(Strict):
+    """Limits on one batch."""
+
+    max_batch_size: int = Field(64, ge=1, description="requests per batch at most")
+    max_batch_tokens: Optional[int] = Field(None, ge=1, description="n * (seq_align + max gen_len) at most this")
+
+
+Quadratic = tuple[float, float, float]
+
+
+class CostModel(Strict):
+    """Every phase is a quadratic c0 + c1*x + c2*x^2 (spec section 4)."""
+
+    prefill_cost: Quadratic = Field((0, 4096, 1), description="per request, x = seq_align")
+    decode_step_cost: Quadratic = Field((0, 4096, 1), description="per request per generated token, x = context")
+    compile_cost: Quadratic = Field((5.0e8, 0, 1000), description="per distinct shape, x = seq_align")
+    prefill_ms: Quadratic = Field((1.0, 0.05, 1.0e-5), description="batch prefill latency, x = seq_align")
+    decode_step_ms: Quadratic = Field((15.0, 0.002, 0), description="batch decode step latency, x = context")
+    batch_overhead_cost: float = Field(1.0e7, ge=0, description="cost added once per batch")
+    batch_overhead_ms: float = Field(2.0, ge=0, description="latency added once per batch")
+
+    @model_validator(mode="after")
+    def _check_quadratics(self):
+        for name in ("prefill_cost", "decode_step_cost", "compile_cost", "prefill_ms", "decode_step_ms"):
+            coeffs = getattr(self, name)
+            if any(not math.isfinite(c) for c in coeffs):
+                raise ValueError(f"{name}={list(coeffs)!r} must be finite numbers")
+            if any(c < 0 for c in coeffs):
+                raise ValueError(f"{name}={list(coeffs)!r} must have coefficients >= 0 (a cost may not be negative"
+                                 " or fall as x grows)")
+        return self
+
+
+class Objective(Strict):
+    """What to minimize: one metric, or a weighted sum."""
+
+    minimize: Metric = Field("cost", description="cost | sequential_time_ms | pad_tokens")
+    weights: Optional[dict[Metric, float]] = Field(None, description="weighted sum of metrics; overrides minimize")
+
+    @model_validator(mode="after")
+    def _check_weights(self):
+        if self.weights is not None:
+            if not self.weights or all(w == 0 for w in self.weights.values()):
+                raise ValueError("weights must give at least one metric a weight > 0")
+            for key, value in self.weights.items():
+                _non_negative(f"weights.{key}", value)
+        return self
+
+    def weight_map(self) -> dict[str, float]:
+        """Metric -> weight, with `minimize` as weight 1 when no weights are given."""
+        if self.weights:
+            return {k: float(v) for k, v in self.weights.items() if v}
+        return {self.minimize: 1.0}
+
+
+class Solver(Strict):
+    """CP-SAT settings."""
+
+    time_limit_s: float = Field(60, gt=0, description="wall time for the CP-SAT search")
+    workers: int = Field(0, ge=0, description="search workers, 0 = all cores")
+    seed: int = Field(0, description="random seed")
+    gen_caps: int = Field(48, ge=2, le=2000, description="gen-length caps per bucket in the model (exact when the "
+                                                         "trace has at most this many distinct gen lengths)")
+    max_candidates: int = Field(64, ge=1, description="candidate shapes in the model at most (pruned beyond)")
+    log_progress: bool = Field(True, description="stream incumbent, bound and gap while searching")
+
+
+class Output(Strict):
+    """Where plans and the report go."""
+
+    dir: Path = Field(Path("out"), description="output folder, relative to the config")
+
+
+class Config(Strict):
+    """The root config object."""
+
+    name: str = Field("shapeplan", description="scenario name")
+    buckets: list[Bucket] = Field(..., min_length=1, description="traffic buckets")
+    shapes: Shapes = Field(default_factory=Shapes)
+    batching: Batching = Field(default_factory=Batching)
+    cost_model: CostModel = Field(default_factory=CostModel)
+    objective: Objective = Field(default_factory=Objective)
+    solver: Solver = Field(default_factory=Solver)
+    output: Output = Field(default_factory=Output)
+    source: Optional[Path] = Field(None, description="the YAML file this was read from (set by load_config)")
+
+    @model_validator(mode="after")
+    def _unique_bucket_names(self):
+        names = [b.name for b in self.buckets]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"bucket names {dupes!r} must be unique")
+        return self
+
+
+# --- YAML reading ---------------------------------------------------------------------------
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that reads 1e7 / 1.0e7 / 5e-3 as floats (YAML 1.1 needs a dot and a sign)."""
+
+
+_FLOAT = re.compile(r"^[-+]?(?:\d[\d_]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$|^[-+]?\.(?:inf|Inf|INF)$|^\.(?:nan|NaN|NAN)$")
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
+# keep plain integers as ints
+_Loader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?\d+$"), list("-+0123456789"))
+
+
+def _line_map(node, path=(), out=None) -> dict[tuple, int]:
+    """Key path -> 1-based line, from the YAML node tree."""
+    out = {} if out is None else out
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            key_path = path + (key_node.value,)
+            out[key_path] = key_node.start_mark.line + 1
+            _line_map(value_node, key_path, out)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            out[path + (i,)] = item.start_mark.line + 1
+            _line_map(item, path + (i,), out)
+    return out
+
+
+def _read_yaml(path: Path) -> tuple[dict, dict]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read config ({exc.strerror or exc})") from None
+    try:
+        node = yaml.compose(text, Loader=_Loader)
+        data = yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise InputError(f"{path}{where}: YAML syntax error: {problem}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: config must be a YAML mapping with at least 'buckets'")
+    return data, _line_map(node)
+
+
+def _describe(error: dict, lines: dict, path: Path) -> str:
+    loc = tuple(p for p in error["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+    # pydantic puts tuple/union member markers into loc; drop the ones not in the YAML
+    key_path = []
+    for part in loc:
+        if tuple(key_path + [part]) in lines or not key_path or isinstance(part, int):
+            key_path.append(part)
+    line = None
+    for cut in range(len(key_path), 0, -1):
+        line = lines.get(tuple(key_path[:cut]))
+        if line:
+            break
+    dotted = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in key_path).replace(".[", "[")
+    msg = error["msg"]
+    if error["type"] == "extra_forbidden":
+        msg = f"unknown key {key_path[-1]!r}"
+    msg = msg.removeprefix("Value error, ")
+    where = f"{path}:{line}" if line else str(path)
+    return f"{where}: {dotted or 'config'}: {msg}"
+
+
+def load_config(path: str | Path, overrides: dict[str, object] | None = None) -> Config:
+    """Read and validate a YAML config; `overrides` are dotted keys applied before validation.
+
+    Paths inside become absolute (relative to the config file)."""
+    path = Path(path)
+    data, lines = _read_yaml(path)
+    for key, value in (overrides or {}).items():
+        set_by_path(data, key, value)
+    try:
+        cfg = Config.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(_describe(exc.errors()[0], lines, path)) from None
+    base = path.resolve().parent
+    for bucket in cfg.buckets:
+        bucket.requests = (base / bucket.requests).resolve()
+    cfg.output.dir = (base / cfg.output.dir).resolve()
+    cfg.source = path.resolve()
+    return cfg
+
+
+def set_by_path(data: dict, dotted: str, value) -> None:
+    """Set `a.b.c` in a raw config dict; list items by index or `*` (`buckets.*.limits.cost`)."""
+    parts = dotted.split(".")
+    targets = [data]
+    try:
+        for part in parts[:-1]:
+            nxt = []
+            for t in targets:
+                if isinstance(t, list):
+                    nxt.extend(t if part == "*" else [t[int(part)]])
+                else:
+                    if not isinstance(t.get(part), (dict, list)):
+                        t[part] = {}
+                    nxt.append(t[part])
+            targets = nxt
+        for t in targets:
+            if not isinstance(t, dict):
+                raise TypeError
+            t[parts[-1]] = value
+    except (ValueError, IndexError, TypeError, AttributeError):
+        raise InputError(f"--set {dotted}: no such key in the config") from None
+
+
+def parse_value(text: str):
+    """A --set value as YAML reads it (numbers, null, lists)."""
+    return yaml.load(text, Loader=_Loader)

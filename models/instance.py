@@ -1,0 +1,107 @@
+"""Preprocessed instance data: requests aggregated into (prompt level, gen level) groups.
+
+The CP-SAT model reads only this. Its size follows the number of candidate shapes times the
+number of gen caps, never the number of requests.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from models.config import Config
+from models.cost import Costs
+from models.dp import shape_dp
+from models.errors import InputError
+from models.requests import Requests
+
+
+def quad_sum_coeffs(c, g):
+    """Q(c, s, g) = A + B*s + C*s^2: the coefficient arrays (A, B, C) for gen lengths g."""
+    g = np.asarray(g, dtype=np.float64)
+    t1 = g * (g - 1) / 2.0
+    t2 = (g - 1) * g * (2 * g - 1) / 6.0
+    return c[0] * g + c[1] * t1 + c[2] * t2, c[1] * g + 2 * c[2] * t1, c[2] * g
+
+
+def aligned(values, granularity: int) -> np.ndarray:
+    values = np.asarray(values, dtype=np.int64)
+    return np.maximum(-(-values // granularity), 1) * granularity
+
+
+@dataclass
+class BucketGroups:
+    """One bucket aggregated for the model."""
+
+    name: str = field(metadata={"description": "bucket name"})
+    caps: np.ndarray = field(metadata={"description": "gen caps (ascending), the last = longest gen"})
+    counts: np.ndarray = field(metadata={"description": "counts[i, j]: requests at shape level i, gen level j"})
+    real_tokens: int = field(metadata={"description": "sum of prompt_len + gen_len"})
+    exact_gens: bool = field(metadata={"description": "caps are every distinct gen length"})
+
+    @property
+    def size(self) -> int:
+        return int(self.counts.sum())
+
+
+class Instance:
+    """Config + requests + derived data shared by heuristics and the model."""
+
+    def __init__(self, cfg: Config, requests: dict[str, Requests]):
+        self.cfg = cfg
+        self.requests = requests
+        self.costs = Costs(cfg.cost_model)
+        gran = cfg.shapes.granularity
+        prompts = np.concatenate([r.prompt for r in requests.values()])
+        self.max_prompt = int(prompts.max())
+        self.min_prompt_aligned = int(aligned(prompts.min(), gran))
+        if isinstance(cfg.shapes.candidates, list):
+            shapes = sorted(set(cfg.shapes.candidates))
+            if shapes[-1] < self.max_prompt:
+                raise InputError(f"shapes.candidates: the largest, {shapes[-1]}, is below the longest prompt "
+                                 f"{self.max_prompt}")
+            # a candidate below the shortest prompt's level can never be the shape of a batch
+            first = int(np.searchsorted(shapes, prompts.min()))
+            self.all_shapes = shapes[first:]
+        else:
+            self.all_shapes = sorted(int(x) for x in np.unique(aligned(prompts, gran)))
+
+    def cfg_bucket(self, name: str):
+        return next(b for b in self.cfg.buckets if b.name == name)
+
+
+def gen_ladder(gen: np.ndarray, max_caps: int) -> tuple[np.ndarray, bool]:
+    """Gen caps: every distinct gen when few, else the caps minimizing total gen padding (exact DP)."""
+    vals, counts = np.unique(gen, return_counts=True)
+    if len(vals) <= max_caps:
+        return vals.astype(np.int64), True
+    sums = np.bincount(np.searchsorted(vals, gen), weights=gen.astype(np.float64), minlength=len(vals))
+    caps, _ = shape_dp(vals, -sums, counts.astype(np.float64), np.zeros(len(vals)), np.zeros(len(vals)), max_caps)
+    return np.asarray(caps, dtype=np.int64), False
+
+
+def prune_shapes(shapes: list[int], prompts: np.ndarray, keep: set[int], limit: int) -> list[int]:
+    """At most `limit` candidates: the top one, the `keep` ones, then evenly spaced prompt quantiles."""
+    if len(shapes) <= limit:
+        return list(shapes)
+    arr = np.asarray(shapes)
+    chosen = {shapes[-1]} | {s for s in keep if s in set(shapes)}
+    for q in np.linspace(0, 1, 4 * limit):
+        if len(chosen) >= limit:
+            break
+        value = np.quantile(prompts, q)
+        chosen.add(int(arr[min(np.searchsorted(arr, value), len(arr) - 1)]))
+    for s in shapes:                      # fill evenly if quantiles repeat
+        if len(chosen) >= limit:
+            break
+        chosen.add(s)
+    return sorted(chosen)[:limit] if shapes[-1] in sorted(chosen)[:limit] else sorted(chosen)[-limit:]
+
+
+def group_bucket(req: Requests, shapes: np.ndarray, max_caps: int) -> BucketGroups:
+    caps, exact = gen_ladder(req.gen, max_caps)
+    i = np.searchsorted(shapes, req.prompt, side="left")
+    j = np.searchsorted(caps, req.gen, side="left")
+    counts = np.zeros((len(shapes), len(caps)), dtype=np.int64)
+    np.add.at(counts, (i, j), 1)
+    return BucketGroups(req.bucket, caps, counts, req.real_tokens, exact)

@@ -1,0 +1,89 @@
+"""Plans as data: which batch each request joins and each batch's seq_align (spec section 5)."""
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from models.errors import InputError
+
+
+@dataclass
+class BucketPlan:
+    """One bucket's batches: request i is in batch `batch_of[i]`, of shape `seq_align[batch_of[i]]`."""
+
+    batch_of: np.ndarray = field(metadata={"description": "batch index per request (arrival order)"})
+    seq_align: np.ndarray = field(metadata={"description": "seq_align per batch"})
+    batch_ids: np.ndarray | None = field(default=None, metadata={"description": "batch id strings, if read"})
+
+    @property
+    def num_batches(self) -> int:
+        return len(self.seq_align)
+
+    @classmethod
+    def from_chunks(cls, n: int, order: np.ndarray, sizes: np.ndarray, shapes: np.ndarray) -> "BucketPlan":
+        """Batches as consecutive runs of `order` with the given sizes and shapes."""
+        batch_of = np.full(n, -1, dtype=np.int64)
+        batch_of[np.asarray(order, dtype=np.int64)] = np.repeat(np.arange(len(sizes)), sizes)
+        if (batch_of < 0).any():
+            raise AssertionError("chunks do not cover every request")
+        return cls(batch_of, np.asarray(shapes, dtype=np.int64))
+
+
+Plan = dict  # bucket name -> BucketPlan
+
+
+def batch_id_strings(bucket: str, count: int) -> np.ndarray:
+    return np.array([f"{bucket}-{i:04d}" for i in range(count)], dtype=object)
+
+
+def plan_lines(bucket: str, ids: np.ndarray, plan: BucketPlan, heads: int, hidden: int) -> str:
+    """The plan file text, one JSON object a line, built vectorized."""
+    bids = plan.batch_ids if plan.batch_ids is not None else batch_id_strings(bucket, plan.num_batches)
+    id_json = pd.Series(ids).map(json.dumps)
+    bid_json = pd.Series(bids).map(json.dumps).to_numpy()[plan.batch_of]
+    seq = pd.Series(plan.seq_align[plan.batch_of]).astype(str)
+    tail = f', "heads_align": {heads}, "hidden_align": {hidden}}}}}'
+    text = '{"request_id": ' + id_json + ', "batch_id": ' + pd.Series(bid_json) + \
+        ', "shape": {"seq_align": ' + seq + tail
+    return "\n".join(text.tolist()) + "\n"
+
+
+@dataclass
+class PlanRows:
+    """A plan file as read: one row per line, before any validity check."""
+
+    request_id: np.ndarray
+    batch_id: np.ndarray
+    seq_align: np.ndarray
+    heads_align: np.ndarray
+    hidden_align: np.ndarray
+    lines: np.ndarray
+
+
+def read_plan_file(path: Path) -> PlanRows:
+    """Parse a plan JSONL; malformed lines raise InputError naming the line."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read plan ({exc.strerror or exc})") from None
+    all_lines = text.split("\n")
+    keep = [i for i, line in enumerate(all_lines) if line.strip()]
+    lines = np.asarray(keep, dtype=np.int64) + 1
+    if not keep:
+        return PlanRows(*(np.array([], dtype=object) for _ in range(5)), lines)
+    records = []
+    for i in keep:
+        try:
+            obj = json.loads(all_lines[i])
+            shape = obj["shape"]
+            records.append((obj["request_id"], obj["batch_id"], shape["seq_align"],
+                            shape.get("heads_align"), shape.get("hidden_align")))
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise InputError(f"{path}:{i + 1}: malformed plan line ({type(exc).__name__}: {exc})") from None
+    cols = list(zip(*records))
+    return PlanRows(*(np.array(c, dtype=object) for c in cols), lines)

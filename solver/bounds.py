@@ -1,0 +1,87 @@
+"""Bounds that hold before any search (used by analyze.py, the infeasibility explanation and tests)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from models.config import Config
+from models.cost import Costs, percentile_nearest_rank
+from models.dp import shape_dp
+from models.instance import Instance
+from models.requests import Requests
+from solver.batching import align
+
+
+@dataclass
+class BucketBounds:
+    """Least values any valid plan of this bucket can reach (each alone)."""
+
+    pad_tokens: int
+    pad_ratio: float
+    pad_shapes: list[int]
+    num_batches: int
+    cost: float
+    p95_latency_ms: float
+    p99_latency_ms: float
+    max_latency_ms: float
+    sequential_time_ms: float
+
+
+def levels_of(inst: Instance, req: Requests) -> np.ndarray:
+    shapes = np.asarray(inst.all_shapes)
+    return np.searchsorted(shapes, req.prompt)
+
+
+def least_padding(inst: Instance, req: Requests, k: int) -> tuple[int, list[int]]:
+    """Exact least pad tokens with k shapes: prompt padding by DP, gen padding 0 (one gen per batch)."""
+    shapes = np.asarray(inst.all_shapes)
+    lvl = levels_of(inst, req)
+    counts = np.bincount(lvl, minlength=len(shapes)).astype(np.float64)
+    used = counts > 0
+    # only levels this bucket occupies matter, plus nothing above its longest prompt
+    top = int(lvl.max())
+    keep = np.arange(len(shapes)) <= top
+    a = -np.bincount(lvl, weights=req.prompt.astype(np.float64), minlength=len(shapes))
+    chosen, value = shape_dp(shapes[keep], a[keep], counts[keep], np.zeros(keep.sum()), np.zeros(keep.sum()), k)
+    del used
+    return int(round(value)), chosen
+
+
+def least_batches(cfg: Config, inst: Instance, req: Requests) -> int:
+    n = len(req)
+    b = -(-n // cfg.batching.max_batch_size)
+    if cfg.batching.max_batch_tokens:
+        tokens = int((np.asarray(inst.all_shapes)[levels_of(inst, req)] + req.gen).sum())
+        b = max(b, -(-tokens // cfg.batching.max_batch_tokens))
+    return int(b)
+
+
+def bucket_bounds(inst: Instance, name: str) -> BucketBounds:
+    cfg, costs, req = inst.cfg, inst.costs, inst.requests[name]
+    own = np.asarray(inst.all_shapes)[levels_of(inst, req)]
+    pad, pad_shapes = least_padding(inst, req, cfg.shapes.max_unique)
+    lat = costs.latency(own, req.gen)
+    leaders = np.sort(req.gen)[::-1][:: cfg.batching.max_batch_size]
+    nb = least_batches(cfg, inst, req)
+    seq = float(costs.latency(own.min(), leaders).sum())
+    cost = float(costs.per_request(own, req.gen).sum()) + nb * cfg.cost_model.batch_overhead_cost
+    return BucketBounds(pad, pad / req.real_tokens, pad_shapes, nb, cost, percentile_nearest_rank(lat, 95),
+                        percentile_nearest_rank(lat, 99), float(lat.max()), seq)
+
+
+def total_cost_bound(inst: Instance) -> float:
+    """Lower bound on total cost: each request at its own gen and the next chosen shape (exact DP over
+    shape sets with compile cost), plus the least batch overhead."""
+    from solver.heuristics import weighted_shape_dp
+
+    _, value = weighted_shape_dp(inst, {"cost": 1.0})
+    overhead = sum(least_batches(inst.cfg, inst, r) for r in inst.requests.values())
+    return value + overhead * inst.cfg.cost_model.batch_overhead_cost
+
+
+def all_bounds(inst: Instance) -> dict[str, BucketBounds]:
+    return {name: bucket_bounds(inst, name) for name in inst.requests}
+
+
+__all__ = ["BucketBounds", "all_bounds", "bucket_bounds", "total_cost_bound", "least_padding", "align"]

@@ -1,0 +1,88 @@
+"""Command-line entry points (the scripts/ files are thin wrappers over these)."""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from models.config import load_config
+from models.errors import InputError
+from solver.explain import explain_infeasible
+from solver.pipeline import METHODS, solve
+from solver.report import build_report, summary_table, write_outputs
+
+
+def setup_logging(quiet: bool = False) -> None:
+    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, format="%(message)s", stream=sys.stderr)
+
+
+def solve_main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="solve.py", description="Plan static shapes and batches for LLM traces.")
+    p.add_argument("config")
+    p.add_argument("--method", default="cpsat", choices=list(METHODS) + ["all"])
+    p.add_argument("--time-limit", type=float, default=None, help="overrides solver.time_limit_s")
+    p.add_argument("--out", default=None, help="overrides output.dir")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    args = p.parse_args(argv)
+    setup_logging(args.quiet)
+    try:
+        if args.time_limit is not None and args.time_limit <= 0:
+            raise InputError(f"--time-limit={args.time_limit!r} must be > 0")
+        cfg = load_config(args.config)
+        methods = METHODS if args.method == "all" else (args.method,)
+        res = solve(cfg, methods, args.time_limit)
+        out = Path(args.out).resolve() if args.out else cfg.output.dir
+        report = build_report(res)
+        lead = res.results["cpsat"] if "cpsat" in res.results else next(iter(res.results.values()))
+        if not lead.feasible:
+            report["infeasibility"] = explain_infeasible(res.config, res.requests, lead)
+        write_outputs(res, out, report)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted before any plan was ready: nothing written", file=sys.stderr)
+        return 1
+    print(summary_table(res))
+    print(f"\nplans and report written to {out}")
+    if lead.solver.get("interrupted"):
+        print("note: the search was stopped early; the plan is the best found so far (verified)")
+    if not lead.feasible:
+        print("\nthe limits cannot all be met:", file=sys.stderr)
+        for line in report["infeasibility"]:
+            print(f"  {line}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def verify_main(argv=None) -> int:
+    from solver.pipeline import evaluate, load_all
+    from models.instance import Instance
+    from solver.verify import verify_dir
+
+    p = argparse.ArgumentParser(prog="verify.py", description="Re-check plans written earlier against a config.")
+    p.add_argument("config")
+    p.add_argument("plan_dir")
+    args = p.parse_args(argv)
+    try:
+        cfg = load_config(args.config)
+        reqs = load_all(cfg)
+        plans, errors = verify_dir(cfg, reqs, Path(args.plan_dir))
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if errors:
+        for e in errors:
+            print(f"INVALID: {e}")
+        return 1
+    r = evaluate(Instance(cfg, reqs), Path(args.plan_dir).name, plans, 0.0)
+    for name, m in r.metrics.items():
+        print(f"{name}: cost {m.cost:.6g}  pad_ratio {m.pad_ratio:.4f}  pad_tokens {m.pad_tokens}  "
+              f"p95 {m.p95_latency_ms:.1f} ms  p99 {m.p99_latency_ms:.1f} ms  seq {m.sequential_time_ms:.6g} ms  "
+              f"batches {m.num_batches}  shapes {m.shapes}")
+        for k, ok in m.limits.items():
+            print(f"  {k}: {getattr(m, k):.6g} {'<=' if ok else '>'} {r.limits_of[name][k]:.6g}  "
+                  f"{'holds' if ok else 'BROKEN'}")
+    print(f"total_cost {r.total_cost:.6g}  num_shapes {len(r.shapes)}  valid")
+    return 0 if r.feasible else 2

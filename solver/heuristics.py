@@ -1,0 +1,292 @@
+"""Heuristic methods: engine bucket rules (baselines), greedy and dp.
+
+Every method returns one BucketPlan per bucket; shapes are shared by all buckets.
+"""
+from __future__ import annotations
+
+import logging
+import math
+
+import numpy as np
+
+from models.config import Config
+from models.cost import Costs, allowed_over
+from models.dp import shape_dp
+from models.instance import Instance, quad_sum_coeffs
+from models.plan import BucketPlan
+from solver.batching import align, capacity, plan_from_shape_choice, round_up
+from solver.verify import bucket_metrics
+
+log = logging.getLogger(__name__)
+
+
+# --- engine rules ---------------------------------------------------------------------------
+
+def trim_top(shapes: list[int], top: int, k: int) -> list[int]:
+    """Drop the largest shapes below `top` until k fit; `top` covers the longest prompt."""
+    below = sorted(s for s in set(shapes) if s < top)
+    return below[: k - 1] + [top]
+
+
+def fit_candidates(inst: Instance, shapes) -> list[int]:
+    """Map rule shapes onto allowed seq_align values (explicit candidates: the next one up)."""
+    allowed = np.asarray(inst.all_shapes)
+    out = allowed[np.minimum(np.searchsorted(allowed, np.asarray(shapes)), len(allowed) - 1)]
+    return sorted(set(int(s) for s in out))
+
+
+def pow2_shapes(inst: Instance) -> list[int]:
+    """Powers of two (aligned to granularity), the Neuron default."""
+    top_prompt = inst.max_prompt
+    gran = inst.cfg.shapes.granularity
+    shapes, p = [], 1
+    while True:
+        s = int(align(p, gran))
+        shapes.append(s)
+        if s >= top_prompt:
+            break
+        p *= 2
+    return fit_candidates(inst, trim_top(shapes, shapes[-1], inst.cfg.shapes.max_unique))
+
+
+def step_shapes(inst: Instance, step: int = 128) -> list[int]:
+    """Fixed steps (multiples of 128, as Gaudi TGI pads), widened until max_unique fit."""
+    gran = inst.cfg.shapes.granularity
+    step = int(align(step, gran))
+    k = inst.cfg.shapes.max_unique
+    while math.ceil(inst.max_prompt / step) > k:
+        step += int(align(128, gran))
+    shapes = [step * i for i in range(1, math.ceil(inst.max_prompt / step) + 1)]
+    return fit_candidates(inst, shapes)
+
+
+def exp_shapes(inst: Instance) -> list[int]:
+    """Exponential spacing from the shortest to the longest prompt (vLLM Gaudi default)."""
+    k = inst.cfg.shapes.max_unique
+    lo, hi = inst.min_prompt_aligned, inst.max_prompt
+    raw = np.geomspace(lo, hi, num=k) if k > 1 else np.array([hi])
+    return fit_candidates(inst, align(np.ceil(raw), inst.cfg.shapes.granularity))
+
+
+def rule_plan(inst: Instance, shapes: list[int], order: str = "arrival") -> dict[str, BucketPlan]:
+    return {b: plan_from_shape_choice(inst.cfg, r.gen, round_up(r.prompt, shapes), order)
+            for b, r in inst.requests.items()}
+
+
+def baseline(inst: Instance):
+    return rule_plan(inst, pow2_shapes(inst))
+
+
+def baseline_step128(inst: Instance):
+    return rule_plan(inst, step_shapes(inst))
+
+
+def baseline_exp(inst: Instance):
+    return rule_plan(inst, exp_shapes(inst))
+
+
+# --- greedy ---------------------------------------------------------------------------------
+
+def quantile_shapes(inst: Instance) -> list[int]:
+    """Shapes at evenly spaced quantiles of all prompts, the top covering the longest."""
+    prompts = np.concatenate([r.prompt for r in inst.requests.values()])
+    k = inst.cfg.shapes.max_unique
+    qs = np.quantile(prompts, np.arange(1, k + 1) / k)
+    return fit_candidates(inst, np.append(qs, inst.max_prompt))[-k:]
+
+
+def greedy(inst: Instance):
+    """Quantile shapes, then per shape gen-sorted full batches (few batches, tight caps)."""
+    return rule_plan(inst, quantile_shapes(inst), order="gen")
+
+
+# --- dp -------------------------------------------------------------------------------------
+
+def weighted_shape_dp(inst: Instance, weights: dict[str, float]):
+    """Shapes minimizing the weighted objective when each request rounds up and pays its own gen."""
+    cfg, costs = inst.cfg, inst.costs
+    levels = np.asarray(inst.all_shapes)
+    a = np.zeros(len(levels)); b = np.zeros(len(levels)); c = np.zeros(len(levels))
+    w_cost, w_pad, w_seq = (weights.get(k, 0.0) for k in ("cost", "pad_tokens", "sequential_time_ms"))
+    cm = cfg.cost_model
+    for req in inst.requests.values():
+        lvl = np.searchsorted(levels, req.prompt)
+        da, db, dc = quad_sum_coeffs(cm.decode_step_cost, req.gen)
+        la, lb, lc = quad_sum_coeffs(cm.decode_step_ms, req.gen)
+        per_b = cfg.batching.max_batch_size
+        ra = w_cost * (cm.prefill_cost[0] + da) - w_pad * req.prompt + \
+            w_seq * (cm.prefill_ms[0] + la + cm.batch_overhead_ms) / per_b
+        rb = w_cost * (cm.prefill_cost[1] + db) + w_pad + w_seq * (cm.prefill_ms[1] + lb) / per_b
+        rc = w_cost * (cm.prefill_cost[2] + dc) + w_seq * (cm.prefill_ms[2] + lc) / per_b
+        a += np.bincount(lvl, ra, minlength=len(levels))
+        b += np.bincount(lvl, rb, minlength=len(levels))
+        c += np.bincount(lvl, rc, minlength=len(levels))
+    fixed = w_cost * costs.compile(levels)
+    return shape_dp(levels, a, b, c, fixed, cfg.shapes.max_unique)
+
+
+def gen_runs(gens: np.ndarray, counts: np.ndarray, per_req: np.ndarray, per_batch: np.ndarray, cap: np.ndarray):
+    """Split units sorted by gen (ascending) into contiguous batches minimizing
+    sum(n_batch * per_req[last] + per_batch[last]), each batch holding at most cap[last] requests.
+
+    Returns the list of (start, end) unit ranges."""
+    u = len(gens)
+    pref = np.concatenate([[0], np.cumsum(counts)])
+    dp = np.full(u + 1, np.inf)
+    dp[0] = 0.0
+    back = np.zeros(u + 1, dtype=np.int64)
+    lows = np.searchsorted(pref, pref[1:] - cap, side="left")
+    for e in range(1, u + 1):
+        lo = min(int(lows[e - 1]), e - 1)
+        cand = dp[lo:e] + (pref[e] - pref[lo:e]) * per_req[e - 1]
+        i = int(np.argmin(cand))
+        dp[e] = cand[i] + per_batch[e - 1]
+        back[e] = lo + i
+    runs, e = [], u
+    while e > 0:
+        runs.append((int(back[e]), e))
+        e = int(back[e])
+    return runs[::-1]
+
+
+class LagrangeBatcher:
+    """Per bucket, per shape: gen-sorted DP batches for a weighted objective plus limit multipliers."""
+
+    SPLIT_MAX = 20000     # above this many requests at one shape, identical gens are not split
+
+    def __init__(self, inst: Instance, bucket: str, shape_of: np.ndarray, weights: dict[str, float]):
+        self.inst, self.cfg, self.costs = inst, inst.cfg, inst.costs
+        self.req = inst.requests[bucket]
+        self.limits = dict(inst.cfg_bucket(bucket).limits.items())
+        self.shape_of = shape_of
+        self.weights = weights
+        self.groups = [(int(s), np.flatnonzero(shape_of == s)) for s in np.unique(shape_of)]
+
+    def plan(self, lam: dict[str, float]) -> BucketPlan:
+        orders, sizes, shapes = [], [], []
+        for s, idx in self.groups:
+            idx = idx[np.argsort(self.req.gen[idx], kind="stable")]
+            order, chunk = self._shape_batches(s, idx, lam)
+            orders.append(order)
+            sizes += chunk
+            shapes += [s] * len(chunk)
+        return BucketPlan.from_chunks(len(self.req), np.concatenate(orders), np.array(sizes), np.array(shapes))
+
+    def _weights(self, s: int, g: np.ndarray, lam: dict[str, float]):
+        w, lim, costs, n = self.weights, self.limits, self.costs, len(self.req)
+        w_cost = w.get("cost", 0.0) + lam.get("cost", 0.0)
+        w_pad = w.get("pad_tokens", 0.0) + lam.get("pad", 0.0)
+        w_seq = w.get("sequential_time_ms", 0.0) + lam.get("sequential_time_ms", 0.0)
+        lat = costs.latency(s, g)
+        per_req = w_cost * costs.per_request(s, g) + w_pad * (s + g)
+        for key in ("p95_latency_ms", "p99_latency_ms"):
+            if key in lim:
+                per_req = per_req + lam.get(key, 0.0) * (lat > lim[key])
+        per_batch = w_cost * self.cfg.cost_model.batch_overhead_cost + w_seq * lat
+        if "max_latency_ms" in lim:
+            per_batch = np.where(lat > lim["max_latency_ms"], 1e30, per_batch)
+        del n
+        return per_req, per_batch
+
+    def _shape_batches(self, s: int, idx: np.ndarray, lam):
+        gens = self.req.gen[idx]
+        cap = capacity(self.cfg, s, gens)
+        if len(idx) <= self.SPLIT_MAX:
+            units, counts, pre_order, pre_sizes = gens, np.ones(len(gens), dtype=np.int64), [], []
+            unit_start = np.arange(len(gens) + 1)
+            rest = idx
+        else:
+            rest, pre_order, pre_sizes = self._full_chunks(s, idx, gens)
+            gens = self.req.gen[rest]
+            units, counts = np.unique(gens, return_counts=True)
+            unit_start = np.concatenate([[0], np.cumsum(counts)])
+        per_req, per_batch = self._weights(s, units, lam)
+        runs = gen_runs(units, counts, per_req, per_batch, capacity(self.cfg, s, units))
+        sizes = pre_sizes + [int(unit_start[e] - unit_start[b]) for b, e in runs]
+        del cap
+        return np.concatenate(pre_order + [rest]), sizes
+
+    def _full_chunks(self, s, idx, gens):
+        vals, starts, counts = np.unique(gens, return_index=True, return_counts=True)
+        cap = capacity(self.cfg, s, vals)
+        full = counts // np.maximum(cap, 1)
+        take = np.zeros(len(idx), dtype=bool)
+        order, sizes = [], []
+        for v, st, f, c in zip(vals, starts, full, cap):
+            if f:
+                take[st: st + f * c] = True
+                order.append(idx[st: st + f * c])
+                sizes += [int(c)] * int(f)
+        return idx[~take], order, sizes
+
+
+def violation(metrics, limits: dict[str, float]) -> dict[str, float]:
+    """Relative excess of each broken limit."""
+    out = {}
+    for key, value in limits.items():
+        got = getattr(metrics, key)
+        if got > value * (1 + 1e-12):
+            out[key] = (got - value) / max(value, 1e-9)
+    return out
+
+
+def lagrange_search(batcher: LagrangeBatcher, objective, rounds: int = 24) -> BucketPlan:
+    """Raise the multipliers of broken limits until a plan meets them; keep the best plan met."""
+    limits = batcher.limits
+    lam: dict[str, float] = {}
+    best, best_key = None, None
+    lam_ok, lam_bad = None, None
+    for r in range(rounds):
+        plan = batcher.plan(lam)
+        m = bucket_metrics(batcher.req, plan, batcher.costs)
+        broken = violation(m, limits)
+        key = (sum(broken.values()), objective(m))
+        if best_key is None or (key[0] == 0 and (best_key[0] > 0 or key[1] < best_key[1])) or \
+                (best_key[0] > 0 and key[0] < best_key[0]):
+            best, best_key = plan, key
+        if not broken:
+            if lam_ok is None or not lam:
+                lam_ok = dict(lam)
+            if not lam or lam_bad is None:
+                break
+            lam_ok = dict(lam)
+            lam = {k: (lam_ok.get(k, 0) + lam_bad.get(k, 0)) / 2 for k in lam_ok}
+            continue
+        if lam_ok is not None:
+            lam_bad = dict(lam)
+            lam = {k: (lam_ok.get(k, 0) + lam_bad.get(k, 0)) / 2 for k in set(lam_ok) | set(lam_bad)}
+            continue
+        lam_bad = dict(lam)
+        scale = max(objective(m), 1.0)
+        for k in broken:
+            name = "pad" if k in ("pad_ratio", "pad_tokens") else k
+            base = {"sequential_time_ms": scale / max(m.sequential_time_ms, 1e-9),
+                    "pad": scale / max(m.pad_tokens, 1), "cost": 1.0}.get(name, scale / max(m.num_requests, 1))
+            lam[name] = lam[name] * 3 if lam.get(name) else base * 0.05
+    return best
+
+
+def dp(inst: Instance):
+    """Exact shape DP for the weighted objective, then per-bucket gen DP with limit multipliers."""
+    weights = inst.cfg.objective.weight_map()
+    shapes, _ = weighted_shape_dp(inst, weights)
+    plans = {}
+    for name, req in inst.requests.items():
+        batcher = LagrangeBatcher(inst, name, round_up(req.prompt, shapes), weights)
+        plans[name] = lagrange_search(batcher, lambda m: bucket_objective(m, weights))
+    return plans
+
+
+def bucket_objective(m, weights: dict[str, float]) -> float:
+    """The weighted objective of one bucket (compile cost excluded: it is global)."""
+    return weights.get("cost", 0.0) * m.cost + weights.get("sequential_time_ms", 0.0) * m.sequential_time_ms + \
+        weights.get("pad_tokens", 0.0) * m.pad_tokens
+
+
+HEURISTICS = {
+    "baseline": baseline,
+    "baseline_step128": baseline_step128,
+    "baseline_exp": baseline_exp,
+    "greedy": greedy,
+    "dp": dp,
+}

@@ -1,0 +1,110 @@
+"""The report (spec section 6), the summary table, and atomic writing of a complete output set."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+from models.plan import plan_lines
+from solver.pipeline import MethodResult, SolveResult
+
+METRIC_KEYS = ("cost", "pad_ratio", "pad_tokens", "p95_latency_ms", "p99_latency_ms", "max_latency_ms",
+               "sequential_time_ms", "num_batches")
+
+
+def method_report(r: MethodResult) -> dict:
+    buckets = {}
+    for name, m in r.metrics.items():
+        d = asdict(m)
+        buckets[name] = {k: d[k] for k in METRIC_KEYS} | {
+            "num_requests": m.num_requests, "real_tokens": m.real_tokens, "shapes": m.shapes,
+            "limits": {k: {"limit": r.limits_of[name][k], "value": getattr(m, k), "holds": ok}
+                       for k, ok in m.limits.items()}}
+    out = {"buckets": buckets, "total_cost": r.total_cost, "num_shapes": len(r.shapes), "shapes": r.shapes,
+           "objective": r.objective, "limits_hold": r.feasible, "time_s": r.time_s}
+    out.update(r.solver)
+    return out
+
+
+def build_report(res: SolveResult) -> dict:
+    methods = {m: method_report(r) for m, r in res.results.items()}
+    report = {"name": res.config.name, "config": str(res.config.source), "methods": methods,
+              "stage_time_s": res.stage_s}
+    if "cpsat" in res.results:
+        best = res.results["cpsat"].objective
+        report["vs_cpsat"] = {m: (r.objective - best) / abs(best) if best else None
+                              for m, r in res.results.items() if m != "cpsat"}
+    return report
+
+
+def summary_table(res: SolveResult) -> str:
+    head = f"{'method':<17}{'bucket':<12}{'cost':>11}{'pad%':>7}{'p95 ms':>9}{'p99 ms':>9}{'seq ms':>11}" \
+           f"{'batches':>8}{'shapes':>7}  limits"
+    rows = [head, "-" * len(head)]
+    for method, r in res.results.items():
+        for name, m in r.metrics.items():
+            broken = m.broken()
+            held = "all held" if not broken else "BROKEN: " + ", ".join(broken)
+            if not m.limits:
+                held = "(none set)"
+            rows.append(f"{method:<17}{name:<12}{m.cost:>11.4g}{100 * m.pad_ratio:>7.1f}{m.p95_latency_ms:>9.0f}"
+                        f"{m.p99_latency_ms:>9.0f}{m.sequential_time_ms:>11.4g}{m.num_batches:>8d}"
+                        f"{len(r.shapes):>7d}  {held}")
+        extra = ""
+        if r.solver:
+            gap = r.solver.get("gap")
+            extra = f"  status {r.solver['status']}, bound {r.solver['best_bound']:.6g}, " \
+                    f"gap {100 * gap:.3f}%" if gap is not None else f"  status {r.solver['status']}"
+        rows.append(f"{method:<17}{'TOTAL':<12}{r.total_cost:>11.4g}   shapes {r.shapes}{extra}")
+    return "\n".join(rows)
+
+
+def write_outputs(res: SolveResult, out_dir: Path, report: dict) -> None:
+    """Write every plan and the report into a staging folder, then swap it in: a reader sees the
+    old complete set or the new complete set, never a mix or a half-written file."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=".staging-", dir=out_dir))
+    try:
+        cfg = res.config
+        for method, r in res.results.items():
+            (stage / method).mkdir()
+            for name, plan in r.plans.items():
+                text = plan_lines(name, res.requests[name].ids, plan, cfg.shapes.heads_align, cfg.shapes.hidden_align)
+                (stage / method / f"{name}.plan.jsonl").write_text(text)
+        (stage / "report.json").write_text(json.dumps(report, indent=2, default=_json_default))
+        for f in stage.rglob("*"):
+            if f.is_file():
+                with open(f, "rb") as fh:
+                    os.fsync(fh.fileno())
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    swap_in(stage, out_dir)
+
+
+def swap_in(stage: Path, out_dir: Path) -> None:
+    trash = Path(tempfile.mkdtemp(prefix=".old-", dir=out_dir))
+    old_report = out_dir / "report.json"
+    if old_report.exists():
+        os.replace(old_report, trash / "report.json")   # no report while plans change: nothing looks valid
+    for item in sorted(stage.iterdir()):
+        if item.name == "report.json":
+            continue
+        target = out_dir / item.name
+        if target.exists():
+            os.replace(target, trash / item.name)
+        os.replace(item, target)
+    os.replace(stage / "report.json", old_report)
+    shutil.rmtree(stage, ignore_errors=True)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def _json_default(o):
+    if hasattr(o, "item"):
+        return o.item()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serializable: {type(o)}")
