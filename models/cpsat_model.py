@@ -96,6 +96,10 @@ class ShapeModel:
         self.data = {name: self._class_data(g) for name, g in groups.items()}
         self.scale = SCALE / max(scale_ref, 1e-9)
         self.model = cp_model.CpModel()
+        # slack[(bucket, limit)]: how far a limit is exceeded; priced far above any plan's objective, so
+        # it is 0 whenever the limits can be met, and the bound stays valid for the hard-limit problem
+        self.slack: dict[tuple[str, str], cp_model.IntVar] = {}
+        self.limit_rhs: dict[tuple[str, str], int] = {}
         self._make_variables()
         self._add_shape_count()
         for name in groups:
@@ -187,7 +191,7 @@ class ShapeModel:
             if limit is None:
                 continue
             slow = [self.m[c] for c in self.cells(name) if d.latency[c[1], c[2]] > limit]
-            self.model.add(sum(slow) <= allowed_over(n, pct))
+            self._limit(name, key, sum(slow), allowed_over(n, pct), n)
 
     def _add_pad_limits(self, name):
         lim, g, d = self.limits[name], self.groups[name], self.data[name]
@@ -196,7 +200,8 @@ class ShapeModel:
             budgets.append(lim["pad_ratio"] * g.real_tokens)
         if budgets:
             total = sum(int(d.tokens[i, j]) * self.m[(name, i, j)] for (_, i, j) in self.cells(name))
-            self.model.add(total <= g.real_tokens + math.floor(min(budgets) + 1e-9))
+            rhs = g.real_tokens + math.floor(min(budgets) + 1e-9)
+            self._limit(name, "pad", total, rhs, int(d.tokens.max()) * g.size)
 
     def _add_cost_limit(self, name):
         budget = self.limits[name].get("cost")
@@ -206,7 +211,7 @@ class ShapeModel:
         scale = SCALE / max(budget, 1.0)
         total = sum(math.ceil(d.per_request[i, j] * scale) * self.m[c] + math.ceil(oh * scale) * self.k[c]
                     for c in self.cells(name) for (_, i, j) in [c])
-        self.model.add(total <= math.floor(budget * scale))
+        self._limit(name, "cost", total, math.floor(budget * scale), 1000 * math.floor(budget * scale))
 
     def _add_sequential_limit(self, name):
         limit = self.limits[name].get("sequential_time_ms")
@@ -214,7 +219,15 @@ class ShapeModel:
             return
         d = self.data[name]
         total = sum(math.ceil(d.latency[c[1], c[2]] * 1000) * self.k[c] for c in self.cells(name))
-        self.model.add(total <= math.floor(limit * 1000))
+        worst = math.ceil(float(d.latency.max()) * 1000) * self.groups[name].size
+        self._limit(name, "sequential_time_ms", total, math.floor(limit * 1000), worst)
+
+    def _limit(self, name: str, key: str, expr, rhs: int, worst: int):
+        """expr <= rhs + slack; slack priced in _add_objective."""
+        slack = self.model.new_int_var(0, max(int(worst), 1), f"slack[{name},{key}]")
+        self.slack[(name, key)] = slack
+        self.limit_rhs[(name, key)] = max(int(rhs), 1)
+        self.model.add(expr <= int(rhs) + slack)
 
     def _add_objective(self):
         w = self.weights
@@ -235,6 +248,9 @@ class ShapeModel:
                 ck = wc * oh + ws * d.latency[i, j]
                 terms.append(math.floor(cm * self.scale) * self.m[c])
                 terms.append(math.floor(ck * self.scale) * self.k[c])
+        for key, slack in self.slack.items():
+            # exceeding a limit by its own size costs 100x the reference plan's objective
+            terms.append(max(1, math.ceil(100 * SCALE / self.limit_rhs[key])) * slack)
         self.model.minimize(sum(terms))
 
     def to_real(self, scaled: float) -> float:
@@ -260,7 +276,7 @@ class ShapeModel:
     def solve(self, time_limit_s: float, workers: int, seed: int, progress: bool = True) -> ModelSolution:
         solver = cp_model.CpSolver()
         solver.parameters.max_time_in_seconds = float(time_limit_s)
-        solver.parameters.num_workers = int(workers)
+        solver.parameters.num_workers = int(workers) or 8   # a portfolio with LNS helps even on 2 cores
         solver.parameters.random_seed = int(seed)
         solver.parameters.relative_gap_limit = 1e-5
         solver.parameters.catch_sigint_signal = True
