@@ -246,16 +246,18 @@ def _describe(error: dict, lines: dict, path: Path) -> str:
     for part in loc:
         if tuple(key_path + [part]) in lines or not key_path or isinstance(part, int):
             key_path.append(part)
+    msg = error["msg"].removeprefix("Value error, ")
+    head = re.match(r"[A-Za-z_]+", msg)
+    if head and tuple(key_path + [head.group(0)]) in lines:
+        key_path.append(head.group(0))      # a model-level check naming one of its keys
     line = None
     for cut in range(len(key_path), 0, -1):
         line = lines.get(tuple(key_path[:cut]))
         if line:
             break
     dotted = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in key_path).replace(".[", "[")
-    msg = error["msg"]
     if error["type"] == "extra_forbidden":
         msg = f"unknown key {key_path[-1]!r}"
-    msg = msg.removeprefix("Value error, ")
     where = f"{path}:{line}" if line else str(path)
     return f"{where}: {dotted or 'config'}: {msg}"
 

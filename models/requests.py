@@ -74,7 +74,7 @@ def _read_jsonl(path: Path, text: str) -> tuple[pd.DataFrame, np.ndarray]:
     body = "\n".join(all_lines[i] for i in keep)
     lines = np.asarray(keep, dtype=np.int64) + 1
     try:
-        frame = pd.read_json(io.StringIO(body), lines=True, dtype=False, convert_dates=False)
+        frame = pd.read_json(io.StringIO(body), lines=True, dtype=False)
     except ValueError:
         _find_bad_json(path, all_lines)
         raise InputError(f"{path}: malformed JSONL") from None
@@ -85,9 +85,23 @@ def _read_jsonl(path: Path, text: str) -> tuple[pd.DataFrame, np.ndarray]:
         row = int(np.flatnonzero(frame[extra[0]].notna().to_numpy())[0])
         raise InputError(f"{path}:{lines[row]}: unknown field {extra[0]!r} (fields are {', '.join(FIELDS)})")
     for name in FIELDS:
-        if name not in frame.columns:
-            raise InputError(f"{path}:{lines[0]}: missing field {name!r}")
+        if name not in frame.columns or frame[name].isna().any() or \
+                (name != "request_id" and frame[name].dtype.kind != "i"):
+            _find_bad_field(path, all_lines, name)
     return frame, lines
+
+
+def _find_bad_field(path: Path, all_lines: list[str], name: str) -> None:
+    """Error path only: the first line whose `name` is missing or not an integer."""
+    for number, line in enumerate(all_lines, start=1):
+        if not line.strip():
+            continue
+        obj = json.loads(line)
+        if name not in obj or obj[name] is None:
+            raise InputError(f"{path}:{number}: missing field {name!r}")
+        value = obj[name]
+        if name != "request_id" and (not isinstance(value, int) or isinstance(value, bool)):
+            raise InputError(f"{path}:{number}: field {name!r} {value!r} is not an integer")
 
 
 def _find_bad_json(path: Path, all_lines: list[str]) -> None:
@@ -121,10 +135,12 @@ def _csv_columns(path: Path, header: list[str], columns) -> dict[str, Optional[s
 
 def _read_csv(path: Path, text: str, columns) -> tuple[pd.DataFrame, np.ndarray]:
     try:
-        table = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, skip_blank_lines=False)
+        table = pd.read_csv(io.StringIO(text), header=None, dtype=str, keep_default_na=False,
+                            skip_blank_lines=False)
     except pd.errors.ParserError as exc:
         raise InputError(f"{path}: malformed CSV ({str(exc).strip()})") from None
-    header = [str(c).strip() for c in table.columns]
+    header = [str(c).strip() for c in table.iloc[0]]
+    table = table.iloc[1:].reset_index(drop=True)
     table.columns = header
     mapping = _csv_columns(path, header, columns)
     blank = (table == "").all(axis=1).to_numpy()
