@@ -25,5 +25,5 @@ def explain_infeasible(cfg, requests, result) -> list[str]:
             else:
                 others = [o for o in limits if o != key]
                 lines.append(f"{name}: {key} {limit:.6g} conflicts with {', '.join(others) or 'the batch limits'}: "
-                             f"alone it could reach {least:.6g}, but the best plan meeting the rest reaches {got:.6g}")
+                             f"alone it could reach {least:.6g}, but the {result.method} plan reaches {got:.6g}")
     return lines
