@@ -86,3 +86,23 @@ def verify_main(argv=None) -> int:
                   f"{'holds' if ok else 'BROKEN'}")
     print(f"total_cost {r.total_cost:.6g}  num_shapes {len(r.shapes)}  valid")
     return 0 if r.feasible else 2
+
+
+def analyze_main(argv=None) -> int:
+    from models.instance import Instance
+    from solver.analyze import analyze
+    from solver.pipeline import load_all
+
+    p = argparse.ArgumentParser(prog="analyze.py", description="Profile traces and print pre-search bounds.")
+    p.add_argument("config")
+    p.add_argument("--out", default=None, help="folder for histogram PNGs (default output.dir/analysis)")
+    args = p.parse_args(argv)
+    try:
+        cfg = load_config(args.config)
+        inst = Instance(cfg, load_all(cfg))
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    out = Path(args.out).resolve() if args.out else cfg.output.dir / "analysis"
+    print("\n".join(analyze(inst, out)))
+    return 0

@@ -1,0 +1,60 @@
+"""Trace profiles and the bounds that hold before any search."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from models.instance import Instance
+from solver.bounds import all_bounds, total_cost_bound
+from solver.plots import histograms
+
+PCTS = (50, 90, 95, 99, 100)
+
+
+def profile(values: np.ndarray) -> str:
+    return "  ".join(f"p{p} {np.percentile(values, p):.0f}" for p in PCTS) + f"  mean {values.mean():.1f}"
+
+
+def outliers(values: np.ndarray) -> int:
+    q1, q3 = np.percentile(values, [25, 75])
+    return int((values > q3 + 3 * (q3 - q1)).sum())
+
+
+def text_histogram(values: np.ndarray, bins: int = 12, width: int = 40) -> list[str]:
+    counts, edges = np.histogram(values, bins=bins)
+    top = max(counts.max(), 1)
+    return [f"  {edges[i]:>7.0f}-{edges[i + 1]:<7.0f} {'#' * int(width * c / top):<{width}} {c}"
+            for i, c in enumerate(counts)]
+
+
+def analyze(inst: Instance, png_dir: Path | None = None) -> list[str]:
+    cfg = inst.cfg
+    k = cfg.shapes.max_unique
+    lines = []
+    bounds = all_bounds(inst)
+    for name, req in inst.requests.items():
+        b = bounds[name]
+        lines += [f"== {name}: {len(req)} requests, {req.real_tokens} real tokens",
+                  f"prompt_len: {profile(req.prompt)}  outliers(>Q3+3IQR) {outliers(req.prompt)}",
+                  *text_histogram(req.prompt),
+                  f"gen_len:    {profile(req.gen)}  outliers(>Q3+3IQR) {outliers(req.gen)}",
+                  *text_histogram(req.gen),
+                  f"bounds (each alone, before any search):",
+                  f"  least pad tokens with {k} shapes (exact DP): {b.pad_tokens} (pad_ratio {b.pad_ratio:.4f}) "
+                  f"with shapes {b.pad_shapes}",
+                  f"  least number of batches: {b.num_batches}",
+                  f"  cost >= {b.cost:.6g}",
+                  f"  p95 latency >= {b.p95_latency_ms:.1f} ms, p99 >= {b.p99_latency_ms:.1f} ms, "
+                  f"max >= {b.max_latency_ms:.1f} ms",
+                  f"  sequential time >= {b.sequential_time_ms:.6g} ms"]
+        for key, limit in cfg.buckets[[x.name for x in cfg.buckets].index(name)].limits.items():
+            least = getattr(b, key)
+            verdict = "reachable alone" if least <= limit * (1 + 1e-12) else "CANNOT be met"
+            lines.append(f"  limit {key} {limit:.6g}: least reachable {least:.6g}: {verdict}")
+        if png_dir is not None:
+            path = histograms(name, req.prompt, req.gen, png_dir / f"{name}.hist.png")
+            lines.append(f"  histogram: {path}")
+    lines.append(f"== total cost >= {total_cost_bound(inst):.6g} (exact shape DP, every request at its own gen, "
+                 f"least batch overhead, compile cost)")
+    return lines

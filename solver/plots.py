@@ -1,0 +1,86 @@
+"""PNG pictures: trace histograms, padding per shape and batch layout, method comparison, sweeps."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def save(fig, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp.png")
+    fig.savefig(tmp, dpi=90, bbox_inches="tight")
+    plt.close(fig)
+    tmp.replace(path)
+    return path
+
+
+def histograms(name: str, prompt: np.ndarray, gen: np.ndarray, path: Path) -> Path:
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+    for ax, values, label in ((axes[0], prompt, "prompt_len"), (axes[1], gen, "gen_len")):
+        ax.hist(values, bins=60, color="#4477aa")
+        ax.set_xlabel(label)
+        ax.set_ylabel("requests")
+        ax.set_title(f"{name}: {label} (p50 {np.percentile(values, 50):.0f}, p99 {np.percentile(values, 99):.0f})")
+    return save(fig, path)
+
+
+def bucket_layout(name: str, req, plan, path: Path) -> Path:
+    """Left: pad tokens per shape (prompt and gen). Right: batches as shape vs gen cap, sized by requests."""
+    nb = plan.num_batches
+    size = np.bincount(plan.batch_of, minlength=nb)
+    gmax = np.zeros(nb, dtype=np.int64)
+    np.maximum.at(gmax, plan.batch_of, req.gen)
+    shape_of_req = plan.seq_align[plan.batch_of]
+    shapes = np.unique(plan.seq_align[size > 0])
+    prompt_pad = [int((shape_of_req - req.prompt)[shape_of_req == s].sum()) for s in shapes]
+    gen_pad = [int((gmax[plan.batch_of] - req.gen)[shape_of_req == s].sum()) for s in shapes]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    x = np.arange(len(shapes))
+    axes[0].bar(x, prompt_pad, label="prompt padding")
+    axes[0].bar(x, gen_pad, bottom=prompt_pad, label="gen padding")
+    axes[0].set_xticks(x, [str(s) for s in shapes], rotation=45)
+    axes[0].set_xlabel("seq_align")
+    axes[0].set_ylabel("pad tokens")
+    axes[0].legend()
+    axes[0].set_title(f"{name}: padding per shape")
+    used = size > 0
+    axes[1].scatter(plan.seq_align[used], gmax[used], s=8 + 4 * size[used], alpha=0.5)
+    axes[1].set_xlabel("seq_align")
+    axes[1].set_ylabel("batch gen cap (longest gen)")
+    axes[1].set_title(f"{name}: {int(used.sum())} batches (size = requests)")
+    return save(fig, path)
+
+
+def method_comparison(results: dict, path: Path) -> Path:
+    names = list(results)
+    cost = [results[m].total_cost for m in names]
+    colors = ["#228833" if results[m].feasible else "#cc3311" for m in names]
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    ax.bar(names, cost, color=colors)
+    ax.set_ylabel("total cost")
+    ax.set_title("methods (green: every limit met, red: some broken)")
+    ax.tick_params(axis="x", rotation=30)
+    return save(fig, path)
+
+
+def sweep_plots(frame, keys: list[str], path: Path) -> Path:
+    metrics = [c for c in ("total_cost", "pad_ratio", "sequential_time_ms", "p95_latency_ms") if c in frame]
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4 * len(metrics), 3.5))
+    axes = np.atleast_1d(axes)
+    key = keys[0]
+    others = keys[1:]
+    for ax, metric in zip(axes, metrics):
+        groups = frame.groupby(others) if others else [(None, frame)]
+        for label, sub in groups:
+            sub = sub.sort_values(key)
+            ax.plot(sub[key].astype(str), sub[metric], marker="o", label=str(label) if label is not None else None)
+        ax.set_xlabel(key)
+        ax.set_title(metric)
+        if others:
+            ax.legend(title=",".join(others), fontsize=7)
+    return save(fig, path)
