@@ -25,6 +25,7 @@ def quad_sum_coeffs(c, g):
 
 
 def aligned(values, granularity: int) -> np.ndarray:
+    """Round up to a positive multiple of granularity."""
     values = np.asarray(values, dtype=np.int64)
     return np.maximum(-(-values // granularity), 1) * granularity
 

@@ -73,8 +73,3 @@ def round_up(prompt: np.ndarray, shapes) -> np.ndarray:
         raise ValueError(f"shapes {shapes.tolist()} do not cover prompt_len {int(prompt.max())}")
     return shapes[pos]
 
-
-def align(values, granularity: int) -> np.ndarray:
-    """Round up to a positive multiple of granularity."""
-    values = np.asarray(values, dtype=np.int64)
-    return np.maximum(-(-values // granularity), 1) * granularity

@@ -10,7 +10,6 @@ from models.cost import Costs, percentile_nearest_rank
 from models.dp import shape_dp
 from models.instance import Instance
 from models.requests import Requests
-from solver.batching import align
 
 
 @dataclass
@@ -38,13 +37,11 @@ def least_padding(inst: Instance, req: Requests, k: int) -> tuple[int, list[int]
     shapes = np.asarray(inst.all_shapes)
     lvl = levels_of(inst, req)
     counts = np.bincount(lvl, minlength=len(shapes)).astype(np.float64)
-    used = counts > 0
     # only levels this bucket occupies matter, plus nothing above its longest prompt
     top = int(lvl.max())
     keep = np.arange(len(shapes)) <= top
     a = -np.bincount(lvl, weights=req.prompt.astype(np.float64), minlength=len(shapes))
     chosen, value = shape_dp(shapes[keep], a[keep], counts[keep], np.zeros(keep.sum()), np.zeros(keep.sum()), k)
-    del used
     return int(round(value)), chosen
 
 
@@ -83,5 +80,3 @@ def total_cost_bound(inst: Instance) -> float:
 def all_bounds(inst: Instance) -> dict[str, BucketBounds]:
     return {name: bucket_bounds(inst, name) for name in inst.requests}
 
-
-__all__ = ["BucketBounds", "all_bounds", "bucket_bounds", "total_cost_bound", "least_padding", "align"]

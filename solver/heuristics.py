@@ -10,11 +10,10 @@ import math
 import numpy as np
 
 from models.config import Config
-from models.cost import Costs, allowed_over
 from models.dp import shape_dp
-from models.instance import Instance, quad_sum_coeffs
+from models.instance import Instance, aligned as align, quad_sum_coeffs
 from models.plan import BucketPlan
-from solver.batching import align, capacity, plan_from_shape_choice, round_up
+from solver.batching import capacity, plan_from_shape_choice, round_up
 from solver.verify import bucket_metrics
 
 log = logging.getLogger(__name__)
@@ -173,7 +172,7 @@ class LagrangeBatcher:
         return BucketPlan.from_chunks(len(self.req), np.concatenate(orders), np.array(sizes), np.array(shapes))
 
     def _weights(self, s: int, g: np.ndarray, lam: dict[str, float]):
-        w, lim, costs, n = self.weights, self.limits, self.costs, len(self.req)
+        w, lim, costs = self.weights, self.limits, self.costs
         w_cost = w.get("cost", 0.0) + lam.get("cost", 0.0)
         w_pad = w.get("pad_tokens", 0.0) + lam.get("pad", 0.0)
         w_seq = w.get("sequential_time_ms", 0.0) + lam.get("sequential_time_ms", 0.0)
@@ -185,12 +184,10 @@ class LagrangeBatcher:
         per_batch = w_cost * self.cfg.cost_model.batch_overhead_cost + w_seq * lat
         if "max_latency_ms" in lim:
             per_batch = np.where(lat > lim["max_latency_ms"], 1e30, per_batch)
-        del n
         return per_req, per_batch
 
     def _shape_batches(self, s: int, idx: np.ndarray, lam):
         gens = self.req.gen[idx]
-        cap = capacity(self.cfg, s, gens)
         if len(idx) <= self.SPLIT_MAX:
             units, counts, pre_order, pre_sizes = gens, np.ones(len(gens), dtype=np.int64), [], []
             unit_start = np.arange(len(gens) + 1)
@@ -203,7 +200,6 @@ class LagrangeBatcher:
         per_req, per_batch = self._weights(s, units, lam)
         runs = gen_runs(units, counts, per_req, per_batch, capacity(self.cfg, s, units))
         sizes = pre_sizes + [int(unit_start[e] - unit_start[b]) for b, e in runs]
-        del cap
         return np.concatenate(pre_order + [rest]), sizes
 
     def _full_chunks(self, s, idx, gens):
