@@ -68,13 +68,19 @@ def bucket_bounds(inst: Instance, name: str) -> BucketBounds:
 
 
 def total_cost_bound(inst: Instance) -> float:
-    """Lower bound on total cost: each request at its own gen and the next chosen shape (exact DP over
-    shape sets with compile cost), plus the least batch overhead."""
+    return objective_bound(inst, {"cost": 1.0})
+
+
+def objective_bound(inst: Instance, weights: dict[str, float] | None = None) -> float:
+    """Lower bound on the objective of any valid plan (limits ignored, every candidate shape allowed):
+    each request at its own gen and the next chosen shape, sequential time amortized over full
+    batches, chosen by the exact shape DP, plus the least batch overhead."""
     from solver.heuristics import weighted_shape_dp
 
-    _, value = weighted_shape_dp(inst, {"cost": 1.0})
+    w = weights if weights is not None else inst.cfg.objective.weight_map()
+    _, value = weighted_shape_dp(inst, w)
     overhead = sum(least_batches(inst.cfg, inst, r) for r in inst.requests.values())
-    return value + overhead * inst.cfg.cost_model.batch_overhead_cost
+    return value + w.get("cost", 0.0) * overhead * inst.cfg.cost_model.batch_overhead_cost
 
 
 def all_bounds(inst: Instance) -> dict[str, BucketBounds]:

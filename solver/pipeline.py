@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -15,6 +16,7 @@ from models.errors import InputError
 from models.instance import Instance, group_bucket, prune_shapes
 from models.plan import BucketPlan
 from models.requests import Requests, load_requests
+from solver.bounds import objective_bound
 from solver.heuristics import HEURISTICS
 from solver.postprocess import classes_to_plan, plan_to_classes
 from solver.verify import BucketMetrics, bucket_metrics, verify_plans
@@ -61,6 +63,18 @@ class SolveResult:
     stage_s: dict[str, float]
 
 
+class Stages(dict):
+    """Wall time per pipeline stage (load, bounds, heuristics, cpsat, postprocess, verify), in seconds."""
+
+    @contextmanager
+    def timed(self, name: str):
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            self[name] = self.get(name, 0.0) + time.monotonic() - start
+
+
 def load_all(cfg: Config) -> dict[str, Requests]:
     reqs = {b.name: load_requests(b.requests, b.name, b.columns) for b in cfg.buckets}
     check_fits(cfg, reqs)
@@ -84,13 +98,15 @@ def check_fits(cfg: Config, reqs: dict[str, Requests]) -> None:
                                  f"> batching.max_batch_tokens {cfg.batching.max_batch_tokens}")
 
 
-def evaluate(inst: Instance, method: str, plans: dict[str, BucketPlan], elapsed: float) -> MethodResult:
+def evaluate(inst: Instance, method: str, plans: dict[str, BucketPlan], elapsed: float,
+             stages: Stages | None = None) -> MethodResult:
     """Verify a plan set (invalid plans are a bug: raise) and compute its exact metrics."""
-    errors = verify_plans(inst.cfg, inst.requests, plans)
-    if errors:
-        raise RuntimeError(f"{method} produced an invalid plan: {errors[0]}")
-    limits = {b.name: dict(b.limits.items()) for b in inst.cfg.buckets}
-    metrics = {n: bucket_metrics(inst.requests[n], plans[n], inst.costs, limits[n]) for n in plans}
+    with (stages if stages is not None else Stages()).timed("verify"):
+        errors = verify_plans(inst.cfg, inst.requests, plans)
+        if errors:
+            raise RuntimeError(f"{method} produced an invalid plan: {errors[0]}")
+        limits = {b.name: dict(b.limits.items()) for b in inst.cfg.buckets}
+        metrics = {n: bucket_metrics(inst.requests[n], plans[n], inst.costs, limits[n]) for n in plans}
     shapes = sorted(set().union(*[m.shapes for m in metrics.values()]))
     compile_cost = float(inst.costs.compile(np.array(shapes, dtype=np.float64)).sum())
     total = sum(m.cost for m in metrics.values()) + compile_cost
@@ -106,10 +122,13 @@ def rank_key(r: MethodResult):
     return (not r.feasible, r.violation(), r.objective)
 
 
-def run_heuristic(inst: Instance, method: str) -> MethodResult:
+def run_heuristic(inst: Instance, method: str, stages: Stages | None = None) -> MethodResult:
+    stages = stages if stages is not None else Stages()
     start = time.monotonic()
-    plans = HEURISTICS[method](inst)
-    return evaluate(inst, method, plans, time.monotonic() - start)
+    with stages.timed("heuristics"):
+        plans = HEURISTICS[method](inst)
+    elapsed = time.monotonic() - start
+    return evaluate(inst, method, plans, elapsed, stages)
 
 
 def bound_scope(inst: Instance, shapes, groups) -> str:
@@ -131,16 +150,53 @@ def bound_scope(inst: Instance, shapes, groups) -> str:
     return "; ".join(parts)
 
 
-def run_cpsat(inst: Instance, heuristics: list[MethodResult], time_limit: float) -> MethodResult:
+def run_cpsat(inst: Instance, heuristics: list[MethodResult], time_limit: float,
+              stages: Stages | None = None, presearch_bound: float = -math.inf) -> MethodResult:
     cfg = inst.cfg
+    stages = stages if stages is not None else Stages()
     start = time.monotonic()
     best_h = min(heuristics, key=rank_key) if heuristics else None
+    with stages.timed("cpsat"):
+        shapes, groups, model = build_model(inst, heuristics, best_h)
+        build_s = time.monotonic() - start
+        sol = model.solve(max(time_limit - build_s, 1.0), cfg.solver.workers, cfg.solver.seed,
+                          cfg.solver.log_progress)
+    bound = max(sol.bound, presearch_bound)
+    info = {"status": sol.status, "best_bound": bound, "cpsat_bound": sol.bound,
+            "presearch_bound": presearch_bound if math.isfinite(presearch_bound) else None,
+            "model_objective": sol.objective, "solve_time_s": sol.solve_time_s,
+            "bound_scope": bound_scope(inst, shapes, groups), "interrupted": sol.interrupted,
+            "num_variables": len(model.model.proto.variables), "candidate_shapes": len(shapes)}
+    candidates = []
+    if sol.objective is not None:
+        with stages.timed("postprocess"):
+            plans = {n: classes_to_plan(cfg, inst.requests[n], shapes, groups[n], sol.v[n], sol.m[n])
+                     for n in groups}
+        candidates.append(evaluate(inst, "cpsat", plans, 0.0, stages))
+        candidates[-1].solver["plan_source"] = "cpsat"
+    for h in heuristics:
+        copy = MethodResult("cpsat", h.plans, h.metrics, h.shapes, h.total_cost, h.objective, 0.0,
+                            limits_of=h.limits_of)
+        copy.solver["plan_source"] = f"heuristic {h.method} (kept: better than the CP-SAT solution)"
+        candidates.append(copy)
+    result = min(candidates, key=rank_key)
+    source = result.solver.get("plan_source", "cpsat")
+    result.solver = dict(info, plan_source=source)
+    result.solver["objective"] = result.objective
+    result.solver["gap"] = max(0.0, (result.objective - bound) / abs(result.objective)) \
+        if result.objective and math.isfinite(bound) else None
+    result.time_s = time.monotonic() - start
+    return result
+
+
+def build_model(inst: Instance, heuristics: list[MethodResult], best_h: MethodResult | None):
+    """Candidate shapes, groups and the CP-SAT model, hinted with the best heuristic plan."""
+    cfg = inst.cfg
     keep = set().union(*[set(h.shapes) for h in heuristics]) if heuristics else set()
     prompts = np.concatenate([r.prompt for r in inst.requests.values()])
     shapes = np.array(prune_shapes(inst.all_shapes, prompts, keep, cfg.solver.max_candidates), dtype=np.int64)
     groups = {n: group_bucket(r, shapes, cfg.solver.gen_caps) for n, r in inst.requests.items()}
-    ref = best_h.objective if best_h else 1.0
-    model = ShapeModel(cfg, shapes, groups, cfg.objective.weight_map(), ref)
+    model = ShapeModel(cfg, shapes, groups, cfg.objective.weight_map(), best_h.objective if best_h else 1.0)
     hinted = [h for h in heuristics if h.feasible] or ([best_h] if best_h else [])
     if hinted:
         h = min(hinted, key=rank_key)
@@ -149,54 +205,30 @@ def run_cpsat(inst: Instance, heuristics: list[MethodResult], time_limit: float)
         model.add_hint(use, {n: p[1] for n, p in parts.items()}, {n: p[2] for n, p in parts.items()},
                        {n: p[3] for n, p in parts.items()})
         log.info("cpsat: hint from %s (objective %.6g)", h.method, h.objective)
-    build_s = time.monotonic() - start
-    log.info("cpsat: model with %d variables, %d constraints, built in %.1fs",
-             len(model.model.proto.variables), len(model.model.proto.constraints), build_s)
-    sol = model.solve(max(time_limit - build_s, 1.0), cfg.solver.workers, cfg.solver.seed, cfg.solver.log_progress)
-    info = {"status": sol.status, "best_bound": sol.bound, "model_objective": sol.objective,
-            "solve_time_s": sol.solve_time_s, "bound_scope": bound_scope(inst, shapes, groups),
-            "interrupted": sol.interrupted, "num_variables": len(model.model.proto.variables),
-            "candidate_shapes": len(shapes)}
-    candidates = []
-    if sol.objective is not None:
-        plans = {n: classes_to_plan(cfg, inst.requests[n], shapes, groups[n], sol.v[n], sol.m[n]) for n in groups}
-        candidates.append(evaluate(inst, "cpsat", plans, 0.0))
-        candidates[-1].solver["plan_source"] = "cpsat"
-    for h in heuristics:
-        copy = evaluate(inst, "cpsat", h.plans, 0.0)
-        copy.solver["plan_source"] = f"heuristic {h.method} (kept: better than the CP-SAT solution)"
-        candidates.append(copy)
-    result = min(candidates, key=rank_key)
-    source = result.solver.get("plan_source", "cpsat")
-    result.solver = dict(info, plan_source=source)
-    result.solver["objective"] = result.objective
-    bound = sol.bound
-    result.solver["gap"] = (result.objective - bound) / abs(result.objective) if result.objective and \
-        math.isfinite(bound) else None
-    result.time_s = time.monotonic() - start
-    return result
+    log.info("cpsat: model with %d variables, %d constraints, %d candidate shapes",
+             len(model.model.proto.variables), len(model.model.proto.constraints), len(shapes))
+    return shapes, groups, model
 
 
 def solve(cfg: Config, methods=("cpsat",), time_limit: float | None = None,
           requests: dict[str, Requests] | None = None) -> SolveResult:
     """Run the chosen methods; cpsat runs every heuristic first for its warm start."""
-    stage = {}
-    t = time.monotonic()
-    requests = requests if requests is not None else load_all(cfg)
-    stage["load"] = time.monotonic() - t
-    inst = Instance(cfg, requests)
+    stages = Stages()
+    with stages.timed("load"):
+        requests = requests if requests is not None else load_all(cfg)
+        inst = Instance(cfg, requests)
     wanted = set(methods)
     heur_names = [m for m in METHODS[1:] if m in wanted or "cpsat" in wanted]
     results = {}
-    t = time.monotonic()
     for name in heur_names:
-        results[name] = run_heuristic(inst, name)
+        results[name] = run_heuristic(inst, name, stages)
         log.info("%s: objective %.6g, limits %s", name, results[name].objective,
                  "met" if results[name].feasible else "broken")
-    stage["heuristics"] = time.monotonic() - t
     if "cpsat" in wanted:
-        t = time.monotonic()
-        results["cpsat"] = run_cpsat(inst, list(results.values()), time_limit or cfg.solver.time_limit_s)
-        stage["cpsat"] = time.monotonic() - t
-    results = {m: results[m] for m in METHODS if m in wanted or m in results and "cpsat" not in wanted}
-    return SolveResult(cfg, requests, {m: r for m, r in results.items() if m in wanted}, stage)
+        with stages.timed("bounds"):
+            floor = objective_bound(inst)
+        log.info("bounds: objective >= %.6g before any search", floor)
+        results["cpsat"] = run_cpsat(inst, list(results.values()), time_limit or cfg.solver.time_limit_s,
+                                     stages, floor)
+    results = {m: results[m] for m in METHODS if m in wanted}
+    return SolveResult(cfg, requests, results, dict(stages))

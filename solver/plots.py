@@ -84,3 +84,21 @@ def sweep_plots(frame, keys: list[str], path: Path) -> Path:
         if others:
             ax.legend(title=",".join(others), fontsize=7)
     return save(fig, path)
+
+
+def size_sweep(sizes, wall, memory, stages: dict, path: Path) -> Path:
+    """Wall time per stage and peak memory against trace size (log-log)."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    axes[0].loglog(sizes, wall, "o-", color="black", label="total")
+    for name, values in stages.items():
+        if any(v > 0 for v in values):
+            axes[0].loglog(sizes, [max(v, 1e-3) for v in values], ".--", label=name)
+    axes[0].set_xlabel("requests")
+    axes[0].set_ylabel("seconds")
+    axes[0].set_title("wall time per stage")
+    axes[0].legend(fontsize=8)
+    axes[1].semilogx(sizes, memory, "o-", color="#aa3377")
+    axes[1].set_xlabel("requests")
+    axes[1].set_ylabel("peak memory (MiB)")
+    axes[1].set_title("peak resident memory")
+    return save(fig, path)

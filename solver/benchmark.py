@@ -1,0 +1,204 @@
+"""The benchmark: a fixed suite (default config, Azure trace, 1M synthetic trace) and a trace-size sweep.
+
+Every entry runs in its own process, so each peak-memory figure is that entry's alone. Results go to
+bench/results.csv (one row per entry and method), bench/results.md (the Markdown table the README
+quotes) and bench/size_sweep.png (time and memory against trace size).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import logging
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SUITE = {
+    "default": "configs/default.yaml",
+    "azure": "configs/azure_code.yaml",
+    "1m": "configs/synthetic_1m.yaml",
+}
+SIZES = (1_000, 10_000, 100_000, 1_000_000)
+STAGES = ("load", "bounds", "heuristics", "cpsat", "postprocess", "verify")
+COLUMNS = ("run", "entry", "requests", "method", "objective", "total_cost", "best_bound", "gap", "vs_cpsat",
+           "limits_hold", "status", "method_s") + tuple(f"{s}_s" for s in STAGES) + ("wall_s", "peak_mem_mib")
+log = logging.getLogger(__name__)
+
+
+def synthetic_trace(n: int, path: Path, seed: int) -> Path:
+    """A bucket_1-like trace of n requests from data/generate.py (made once, then reused)."""
+    if not path.exists():
+        subprocess.run([sys.executable, str(ROOT / "data" / "generate.py"), "--n", str(n), "--kind", "bucket_1",
+                        "--seed", str(seed), "--out", str(path)], check=True, stdout=subprocess.DEVNULL)
+    return path
+
+
+def size_config(n: int) -> dict:
+    """The 1M config scaled to n requests (sequential-time limit proportional to n)."""
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / SUITE["1m"]).read_text())
+    cfg["name"] = f"size_{n}"
+    trace = synthetic_trace(n, ROOT / "data" / "generated" / f"synthetic_{n}.csv", seed=11)
+    cfg["buckets"][0]["requests"] = str(trace)
+    limits = cfg["buckets"][0]["limits"]
+    limits["sequential_time_ms"] = float(limits["sequential_time_ms"]) * n / 1_000_000
+    cfg["output"]["dir"] = str(ROOT / "out" / "bench" / f"size_{n}")
+    return cfg
+
+
+def run_entry(config: str, methods: str, time_limit: float, out: str) -> dict:
+    """In the child process: solve, write the verified plans, return the figures."""
+    from models.config import load_config
+    from solver.pipeline import METHODS, solve
+    from solver.report import build_report, write_outputs
+
+    start = time.monotonic()
+    cfg = load_config(config)
+    res = solve(cfg, METHODS if methods == "all" else (methods,), time_limit)
+    report = build_report(res)
+    write_outputs(res, Path(out), report)
+    stage = dict(res.stage_s)
+    stage["verify"] = stage.get("verify", 0.0)
+    rows = []
+    for name, r in res.results.items():
+        info = report["methods"][name]
+        rows.append({"method": name, "objective": r.objective, "total_cost": r.total_cost,
+                     "best_bound": info.get("best_bound"), "gap": info.get("gap"),
+                     "vs_cpsat": report.get("vs_cpsat", {}).get(name, 0.0 if name == "cpsat" else None),
+                     "limits_hold": r.feasible, "status": info.get("status", ""), "method_s": r.time_s})
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0    # KiB on Linux
+    requests = sum(len(q) for q in res.requests.values())
+    return {"rows": rows, "stages": stage, "wall_s": time.monotonic() - start, "peak_mem_mib": peak,
+            "requests": requests}
+
+
+def child(config: Path, methods: str, time_limit: float, out: Path) -> dict:
+    cmd = [sys.executable, "-m", "solver.benchmark", "--child", str(config), "--methods", methods,
+           "--time-limit", str(time_limit), "--out", str(out)]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"benchmark entry {config} failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def flatten(run: str, entry: str, result: dict) -> list[dict]:
+    rows = []
+    for r in result["rows"]:
+        row = {"run": run, "entry": entry, "requests": result["requests"], **r,
+               "wall_s": result["wall_s"], "peak_mem_mib": result["peak_mem_mib"]}
+        row.update({f"{s}_s": result["stages"].get(s, 0.0) for s in STAGES})
+        rows.append(row)
+    return rows
+
+
+def fmt(value, spec: str) -> str:
+    if value is None or value == "":
+        return "-"
+    return format(value, spec)
+
+
+def markdown(rows: list[dict]) -> str:
+    """Two tables: per entry (stage times, memory, CP-SAT's proof), then every method against CP-SAT."""
+    heads = ["entry", "requests", "load s", "bounds s", "heuristics s", "cpsat s", "postprocess s", "verify s",
+             "wall s", "peak MiB", "cpsat cost", "bound", "gap", "status"]
+    lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    for r in (r for r in rows if r["method"] == "cpsat"):
+        gap = fmt(100 * r["gap"], ".2f") + "%" if r["gap"] is not None else "-"
+        cells = [r["entry"], f"{r['requests']:,}"] + [fmt(r[f"{s}_s"], ".1f") for s in STAGES] + [
+            f"{r['wall_s']:.1f}", f"{r['peak_mem_mib']:.0f}", f"{r['total_cost']:.4g}",
+            fmt(r["best_bound"], ".4g"), gap, r["status"]]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "| entry | method | cost | vs cpsat | limits | time s |", "|---|---|---|---|---|---|"]
+    for r in (r for r in rows if r["run"] == "suite"):
+        vs = fmt(100 * r["vs_cpsat"], "+.1f") + "%" if r["vs_cpsat"] is not None else "-"
+        lines.append(f"| {r['entry']} | {r['method']} | {r['total_cost']:.4g} | {vs} | "
+                     f"{'held' if r['limits_hold'] else 'broken'} | {r['method_s']:.1f} |")
+    return "\n".join(lines)
+
+
+def write_csv(rows: list[dict], path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    tmp.replace(path)
+
+
+def size_plot(rows: list[dict], path: Path) -> None:
+    from solver.plots import size_sweep
+
+    pts = [r for r in rows if r["run"] == "size" and r["method"] == "cpsat"]
+    if pts:
+        size_sweep([r["requests"] for r in pts], [r["wall_s"] for r in pts],
+                   [r["peak_mem_mib"] for r in pts], {s: [r[f"{s}_s"] for r in pts] for s in STAGES}, path)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="benchmark.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", default=",".join(SUITE), help=f"suite entries to run, from {','.join(SUITE)} "
+                   "(empty string: none)")
+    p.add_argument("--sizes", default=",".join(str(s) for s in SIZES),
+                   help="trace sizes for the growth sweep (empty string: skip the sweep)")
+    p.add_argument("--time-limit", type=float, default=60.0, help="CP-SAT time limit per suite entry")
+    p.add_argument("--size-time-limit", type=float, default=20.0, help="CP-SAT time limit per sweep size")
+    p.add_argument("--out", type=Path, default=ROOT / "bench", help="where results.csv/.md/.png go")
+    p.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--methods", default="all", help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def run_suite(args) -> list[dict]:
+    rows = []
+    for entry in [e for e in args.only.split(",") if e]:
+        if entry not in SUITE:
+            raise SystemExit(f"error: --only {entry!r} must be one of {', '.join(SUITE)}")
+        if entry == "1m":
+            synthetic_trace(1_000_000, ROOT / "data" / "generated" / "synthetic_1m.csv", seed=11)
+        print(f"[bench] {entry}: {SUITE[entry]} (every method, CP-SAT {args.time_limit:g} s)", flush=True)
+        result = child(ROOT / SUITE[entry], "all", args.time_limit, ROOT / "out" / "bench" / entry)
+        rows += flatten("suite", entry, result)
+    return rows
+
+
+def run_sizes(args) -> list[dict]:
+    import yaml
+
+    rows = []
+    for n in [int(float(s)) for s in args.sizes.split(",") if s]:
+        cfg = size_config(n)
+        path = ROOT / "out" / "bench" / f"size_{n}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(cfg))
+        print(f"[bench] size {n:,}: cpsat, {args.size_time_limit:g} s", flush=True)
+        rows += flatten("size", f"size_{n}", child(path, "cpsat", args.size_time_limit, Path(cfg["output"]["dir"])))
+    return rows
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.child:
+        logging.basicConfig(level=logging.WARNING)
+        print(json.dumps(run_entry(args.child, args.methods, args.time_limit, args.out)))
+        return 0
+    rows = run_suite(args) + run_sizes(args)
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_csv(rows, args.out / "results.csv")
+    table = markdown(rows)
+    (args.out / "results.md").write_text(table + "\n")
+    size_plot(rows, args.out / "size_sweep.png")
+    print(table)
+    print(f"\nwrote {args.out / 'results.csv'}, {args.out / 'results.md'}"
+          + (f", {args.out / 'size_sweep.png'}" if any(r["run"] == "size" for r in rows) else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
