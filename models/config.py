@@ -282,8 +282,16 @@ def load_config(path: str | Path, overrides: dict[str, object] | None = None) ->
     return cfg
 
 
+def list_items(items: list, part: str) -> list:
+    if part == "*":
+        return items
+    named = [x for x in items if isinstance(x, dict) and x.get("name") == part]
+    return named or [items[int(part)]]
+
+
 def set_by_path(data: dict, dotted: str, value) -> None:
-    """Set `a.b.c` in a raw config dict; list items by index or `*` (`buckets.*.limits.cost`)."""
+    """Set `a.b.c` in a raw config dict; list items by index, by name or `*` (`buckets.*.limits.cost`,
+    `buckets.bucket_1.limits.pad_ratio`)."""
     parts = dotted.split(".")
     targets = [data]
     try:
@@ -291,7 +299,7 @@ def set_by_path(data: dict, dotted: str, value) -> None:
             nxt = []
             for t in targets:
                 if isinstance(t, list):
-                    nxt.extend(t if part == "*" else [t[int(part)]])
+                    nxt.extend(list_items(t, part))
                 else:
                     if not isinstance(t.get(part), (dict, list)):
                         t[part] = {}

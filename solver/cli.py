@@ -24,6 +24,7 @@ def solve_main(argv=None) -> int:
     p.add_argument("--time-limit", type=float, default=None, help="overrides solver.time_limit_s")
     p.add_argument("--out", default=None, help="overrides output.dir")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG pictures")
     args = p.parse_args(argv)
     setup_logging(args.quiet)
     try:
@@ -38,6 +39,8 @@ def solve_main(argv=None) -> int:
         if not lead.feasible:
             report["infeasibility"] = explain_infeasible(res.config, res.requests, lead)
         write_outputs(res, out, report)
+        if not args.no_plots:
+            write_pictures(res, lead.method, out)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -54,6 +57,52 @@ def solve_main(argv=None) -> int:
             print(f"  {line}", file=sys.stderr)
         return 2
     return 0
+
+
+def write_pictures(res, method: str, out: Path) -> None:
+    """Next to the report: the lead method's layout per bucket, and the method comparison."""
+    from solver.plots import bucket_layout, method_comparison
+
+    r = res.results[method]
+    for name, plan in r.plans.items():
+        bucket_layout(f"{name} ({method})", res.requests[name], plan, out / f"{name}.png")
+    if len(res.results) > 1:
+        method_comparison(res.results, out / "methods.png")
+
+
+def sweep_main(argv=None) -> int:
+    from solver.sweep import parse_sets, run_sweep, write_sweep
+
+    p = argparse.ArgumentParser(prog="sweep.py", description="Re-solve over a grid of config values.")
+    p.add_argument("config")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=V1,V2,...",
+                   help="dotted config key and its values (repeatable: the grid is every combination)")
+    p.add_argument("--method", default="cpsat", choices=list(METHODS))
+    p.add_argument("--time-limit", type=float, default=None, help="per point, overrides solver.time_limit_s")
+    p.add_argument("--jobs", type=int, default=0, help="points solved at once (default: one per core)")
+    p.add_argument("--out", default=None, help="folder for sweep.csv and PNGs (default output.dir/sweep)")
+    args = p.parse_args(argv)
+    setup_logging()
+    try:
+        grid = parse_sets(args.set)
+        cfg = load_config(args.config)
+        frame = run_sweep(args.config, grid, args.method, args.time_limit, args.jobs)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    out = Path(args.out).resolve() if args.out else cfg.output.dir / "sweep"
+    written = write_sweep(frame, list(grid), out)
+    shown = list(grid) + ["total_cost", "pad_ratio", "num_batches", "sequential_time_ms", "limits_hold", "gap"]
+    with pd_options():
+        print(frame[shown].to_string(index=False))
+    print("\nwrote " + ", ".join(str(w) for w in written))
+    return 0
+
+
+def pd_options():
+    import pandas as pd
+
+    return pd.option_context("display.float_format", "{:.4g}".format, "display.width", 160)
 
 
 def verify_main(argv=None) -> int:

@@ -68,21 +68,34 @@ def method_comparison(results: dict, path: Path) -> Path:
     return save(fig, path)
 
 
-def sweep_plots(frame, keys: list[str], path: Path) -> Path:
-    metrics = [c for c in ("total_cost", "pad_ratio", "sequential_time_ms", "p95_latency_ms") if c in frame]
-    fig, axes = plt.subplots(1, len(metrics), figsize=(4 * len(metrics), 3.5))
-    axes = np.atleast_1d(axes)
-    key = keys[0]
-    others = keys[1:]
-    for ax, metric in zip(axes, metrics):
-        groups = frame.groupby(others) if others else [(None, frame)]
+def sweep_plots(frame, keys: list[str], metrics: list[str], path: Path) -> Path:
+    """One panel per metric against keys[0]; one line per combination of the other keys.
+    Hollow markers: some limit broken at that point."""
+    cols = min(3, len(metrics))
+    rows = -(-len(metrics) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+    key, others = keys[0], keys[1:]
+    values = list(dict.fromkeys(frame[key].astype(str)))
+    groups = frame.groupby([frame[o].astype(str) for o in others]) if others else [(None, frame)]
+    for ax, metric in zip(axes.flat, metrics):
         for label, sub in groups:
-            sub = sub.sort_values(key)
-            ax.plot(sub[key].astype(str), sub[metric], marker="o", label=str(label) if label is not None else None)
+            x = [values.index(v) for v in sub[key].astype(str)]
+            text = None if label is None else ", ".join(f"{o.split('.')[-1]}={v}" for o, v in zip(others, label))
+            line, = ax.plot(x, sub[metric], marker="o", label=text)
+            bad = ~sub["limits_hold"].astype(bool)
+            ax.scatter([xi for xi, b in zip(x, bad) if b], sub[metric][bad], s=60, facecolors="white",
+                       edgecolors=line.get_color(), zorder=3)
+        ax.set_xticks(range(len(values)), values)
         ax.set_xlabel(key)
         ax.set_title(metric)
-        if others:
-            ax.legend(title=",".join(others), fontsize=7)
+    for ax in list(axes.flat)[len(metrics):]:
+        ax.axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8,
+                   bbox_to_anchor=(0.5, -0.04))
+    fig.suptitle("sweep (hollow: some limit broken)")
+    fig.tight_layout()
     return save(fig, path)
 
 

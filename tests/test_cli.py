@@ -38,6 +38,8 @@ def test_solve_all_writes_verified_plans_and_report(tmp_path, capsys):
         assert report["methods"][method]["buckets"]["tiny"]["cost"] == pytest.approx(ref["cost"], rel=1e-12)
         assert report["methods"][method]["buckets"]["tiny"]["pad_tokens"] == ref["pad_tokens"]
     assert verify_main([str(cfg_path), str(out / "cpsat")]) == 0
+    for picture in ("tiny.png", "methods.png"):              # layout per bucket, comparison chart
+        assert (out / picture).stat().st_size > 1000
     assert not list(out.glob(".staging-*")) and not list(out.glob(".old-*"))
 
 
