@@ -25,22 +25,28 @@ def solve_main(argv=None) -> int:
     p.add_argument("--out", default=None, help="overrides output.dir")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG pictures")
+    p.add_argument("--export", default=None, metavar="FORMATS",
+                   help="also export the lead plan (vllm-gaudi, neuron, jetstream, json, csv, a comma list or all)")
     args = p.parse_args(argv)
     setup_logging(args.quiet)
     try:
         if args.time_limit is not None and args.time_limit <= 0:
             raise InputError(f"--time-limit={args.time_limit!r} must be > 0")
+        if args.export:
+            from solver.export import parse_formats
+            parse_formats(args.export)
         cfg = load_config(args.config)
         methods = METHODS if args.method == "all" else (args.method,)
         res = solve(cfg, methods, args.time_limit)
         out = Path(args.out).resolve() if args.out else cfg.output.dir
         report = build_report(res)
-        lead = res.results["cpsat"] if "cpsat" in res.results else next(iter(res.results.values()))
+        lead = res.lead
         if not lead.feasible:
             report["infeasibility"] = explain_infeasible(res.config, res.requests, lead)
         write_outputs(res, out, report)
         if not args.no_plots:
             write_pictures(res, lead.method, out)
+        exported = export_lead(res, lead, args.export, out) if args.export else []
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -49,6 +55,8 @@ def solve_main(argv=None) -> int:
         return 1
     print(summary_table(res))
     print(f"\nplans and report written to {out}")
+    for fmt, path, note in exported:
+        print(f"exported {fmt}: {path}\n  {note}")
     if lead.solver.get("interrupted"):
         print("note: the search was stopped early; the plan is the best found so far (verified)")
     if not lead.feasible:
@@ -57,6 +65,16 @@ def solve_main(argv=None) -> int:
             print(f"  {line}", file=sys.stderr)
         return 2
     return 0
+
+
+def export_lead(res, lead, formats: str, out: Path) -> list:
+    from solver.export import export, parse_formats
+
+    done = []
+    for fmt in parse_formats(formats):
+        path, note = export(res.config, res.requests, lead.plans, fmt, out / "export")
+        done.append((fmt, path, note))
+    return done
 
 
 def write_pictures(res, method: str, out: Path) -> None:
@@ -103,6 +121,80 @@ def pd_options():
     import pandas as pd
 
     return pd.option_context("display.float_format", "{:.4g}".format, "display.width", 160)
+
+
+def export_main(argv=None) -> int:
+    from solver.export import FORMATS, export, parse_formats
+    from solver.pipeline import load_all
+    from solver.verify import verify_dir
+
+    p = argparse.ArgumentParser(prog="export.py", description="Export a verified plan to serving-engine formats.")
+    p.add_argument("plan_dir", help="a method folder (out/x/cpsat) or an output folder (its cpsat plans)")
+    p.add_argument("--format", required=True, help=f"one of {', '.join(FORMATS)}, a comma list, or all")
+    p.add_argument("--config", default=None, help="the config the plan was made for (default: from report.json)")
+    p.add_argument("--out", default=None, help="folder for the exported files (default PLAN_DIR/export)")
+    args = p.parse_args(argv)
+    try:
+        formats = parse_formats(args.format)
+        plan_dir = resolve_plan_dir(Path(args.plan_dir))
+        cfg = load_config(args.config or config_from_report(plan_dir))
+        reqs = load_all(cfg)
+        plans, errors = verify_dir(cfg, reqs, plan_dir)
+        if errors:
+            raise InputError(f"{plan_dir}: the plan is not valid, nothing exported: {errors[0]}")
+        out = Path(args.out).resolve() if args.out else plan_dir / "export"
+        for fmt in formats:
+            path, note = export(cfg, reqs, plans, fmt, out)
+            print(f"{fmt}: {path}\n  {note}")
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def resolve_plan_dir(path: Path) -> Path:
+    if not path.is_dir():
+        raise InputError(f"{path}: no such plan folder")
+    if not list(path.glob("*.plan.jsonl")) and (path / "cpsat").is_dir():
+        return (path / "cpsat").resolve()
+    return path.resolve()
+
+
+def config_from_report(plan_dir: Path) -> str:
+    for report in (plan_dir / "report.json", plan_dir.parent / "report.json"):
+        if report.exists():
+            import json
+
+            return json.loads(report.read_text())["config"]
+    raise InputError(f"{plan_dir}: no report.json beside the plans to name the config; pass --config")
+
+
+def calibrate_main(argv=None) -> int:
+    from solver.calibrate import calibrate, residual_plot, yaml_block
+
+    p = argparse.ArgumentParser(prog="calibrate.py", description="Fit the cost model to measured timings.")
+    p.add_argument("profile", help="CSV with columns phase, seq_len and ms and/or cost")
+    p.add_argument("--out", default=None, help="folder for cost_model.yaml and residuals.png "
+                   "(default out/calibrate/<profile name>)")
+    args = p.parse_args(argv)
+    profile = Path(args.profile)
+    try:
+        fits = calibrate(profile)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    out = Path(args.out) if args.out else Path("out") / "calibrate" / profile.stem
+    out.mkdir(parents=True, exist_ok=True)
+    block = yaml_block(fits)
+    tmp = out / "cost_model.yaml.tmp"
+    tmp.write_text(block)
+    tmp.replace(out / "cost_model.yaml")
+    picture = residual_plot(fits, out / "residuals.png")
+    for f in fits:
+        print(f"{f.key:<22} {len(f.x):>4} points  R² {f.r2:.5f}  coefficients {f.coeffs}")
+    print("\n" + block)
+    print(f"wrote {out / 'cost_model.yaml'} and {picture}")
+    return 0
 
 
 def verify_main(argv=None) -> int:
