@@ -258,17 +258,18 @@ class ShapeModel:
         return scaled / self.scale + self.constant
 
     # --- hints and solving ----------------------------------------------------------------
-    def add_hint(self, use: np.ndarray, v: dict, m: dict, k: dict):
-        """Hint from a plan given as class counts (see solver.pipeline.plan_to_classes)."""
+    def add_hint(self, counts: dict):
+        """Hint from a plan given per bucket as ClassCounts (see solver.postprocess.plan_to_classes)."""
         self.model.clear_hints()
+        use = np.any([c.use for c in counts.values()], axis=0)
         for i, var in enumerate(self.use):
             self.model.add_hint(var, bool(use[i]))
         for name, g in self.groups.items():
-            u = np.cumsum(g.counts - v[name], axis=0)
-            f = np.cumsum(v[name] - m[name], axis=1)
+            c = counts[name]
+            u = np.cumsum(g.counts - c.v, axis=0)
+            f = np.cumsum(c.v - c.m, axis=1)
             for (_, i, j) in self.cells(name):
-                for store, values in ((self.u, u), (self.v, v[name]), (self.f, f), (self.m, m[name]),
-                                      (self.k, k[name])):
+                for store, values in ((self.u, u), (self.v, c.v), (self.f, f), (self.m, c.m), (self.k, c.k)):
                     var = store[(name, i, j)]
                     if not isinstance(var, int):
                         self.model.add_hint(var, int(values[i, j]))
@@ -279,6 +280,7 @@ class ShapeModel:
         solver.parameters.num_workers = int(workers) or 8   # a portfolio with LNS helps even on 2 cores
         solver.parameters.random_seed = int(seed)
         solver.parameters.relative_gap_limit = 1e-5
+        solver.parameters.linearization_level = 2
         solver.parameters.catch_sigint_signal = True
         callback = Progress(self.to_real, progress)
         solver.best_bound_callback = callback.on_bound

@@ -241,19 +241,24 @@ def build_model(inst: Instance, heuristics: list[MethodResult], best_h: MethodRe
     keep = set().union(*[set(h.shapes) for h in heuristics]) if heuristics else set()
     prompts = np.concatenate([r.prompt for r in inst.requests.values()])
     shapes = np.array(prune_shapes(inst.all_shapes, prompts, keep, cfg.solver.max_candidates), dtype=np.int64)
-    groups = {n: group_bucket(r, shapes, cfg.solver.gen_caps) for n, r in inst.requests.items()}
-    model = ShapeModel(cfg, shapes, groups, cfg.objective.weight_map(), best_h.objective if best_h else 1.0)
     hinted = [h for h in heuristics if h.feasible] or ([best_h] if best_h else [])
-    if hinted:
-        h = min(hinted, key=rank_key)
-        parts = {n: plan_to_classes(cfg, inst.requests[n], shapes, groups[n], h.plans[n]) for n in groups}
-        use = np.any([p[0] for p in parts.values()], axis=0)
-        model.add_hint(use, {n: p[1] for n, p in parts.items()}, {n: p[2] for n, p in parts.items()},
-                       {n: p[3] for n, p in parts.items()})
-        log.info("cpsat: hint from %s (objective %.6g)", h.method, h.objective)
+    hint = min(hinted, key=rank_key) if hinted else None
+    caps = {n: batch_caps(r, hint.plans[n]) if hint else () for n, r in inst.requests.items()}
+    groups = {n: group_bucket(r, shapes, cfg.solver.gen_caps, caps[n]) for n, r in inst.requests.items()}
+    model = ShapeModel(cfg, shapes, groups, cfg.objective.weight_map(), best_h.objective if best_h else 1.0)
+    if hint:
+        model.add_hint({n: plan_to_classes(cfg, inst.requests[n], shapes, groups[n], hint.plans[n]) for n in groups})
+        log.info("cpsat: hint from %s (objective %.6g)", hint.method, hint.objective)
     log.info("cpsat: model with %d variables, %d constraints, %d candidate shapes",
              len(model.model.proto.variables), len(model.model.proto.constraints), len(shapes))
     return shapes, groups, model
+
+
+def batch_caps(req: Requests, plan: BucketPlan) -> set[int]:
+    """The longest gen of every batch of a plan."""
+    gmax = np.zeros(plan.num_batches, dtype=np.int64)
+    np.maximum.at(gmax, plan.batch_of, req.gen)
+    return set(np.unique(gmax[gmax > 0]).tolist())
 
 
 def solve(cfg: Config, methods=("cpsat",), time_limit: float | None = None,

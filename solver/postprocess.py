@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dataclasses import dataclass
+
 from models.config import Config
 from models.instance import BucketGroups
 from models.plan import BucketPlan
@@ -48,6 +50,17 @@ def classes_to_plan(cfg: Config, req: Requests, shapes: np.ndarray, groups: Buck
     return BucketPlan.from_chunks(len(req), order, np.array(sizes), np.array(seq))
 
 
+@dataclass
+class ClassCounts:
+    """A plan on the model's terms (one bucket): what the hint gives each variable family."""
+
+    use: np.ndarray     # [i] shape i holds a batch
+    v: np.ndarray       # [i, j0] requests of gen level j0 whose batch has shape i
+    w: np.ndarray       # [i, j0, j] of those, the ones in a batch of gen cap level j
+    m: np.ndarray       # [i, j] members of class (i, j)
+    k: np.ndarray       # [i, j] batches of class (i, j)
+
+
 def plan_to_classes(cfg: Config, req: Requests, shapes: np.ndarray, groups: BucketGroups, plan: BucketPlan):
     """A plan as model counts (v, m, k, shapes used): each batch at the smallest candidate that
     holds its members, its cap the smallest gen cap >= its longest gen."""
@@ -75,4 +88,6 @@ def plan_to_classes(cfg: Config, req: Requests, shapes: np.ndarray, groups: Buck
     k = np.maximum(k, -(-m // cap))
     use = np.zeros(P, dtype=bool)
     use[np.unique(b_shape[used])] = True
-    return use, v, m, k
+    w = np.zeros((P, L, L), dtype=np.int64)
+    np.add.at(w, (b_shape[plan.batch_of], gj, b_cap[plan.batch_of]), 1)
+    return ClassCounts(use, v, w, m, k)

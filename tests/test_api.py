@@ -1,0 +1,46 @@
+import re
+
+import pandas as pd
+import pytest
+
+from models import load_config
+from solver import solve
+from solver.verify import verify_dir
+from tests.helpers import ROOT, recompute
+
+
+def readme_example() -> str:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Python API", 1)[1]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def test_readme_example_runs(tmp_path, monkeypatch, capsys):
+    code = readme_example().replace('"configs/tiny.yaml"', repr(str(ROOT / "configs" / "tiny.yaml")))
+    monkeypatch.chdir(tmp_path)
+    scope = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    out = capsys.readouterr().out
+    assert "cpsat" in out and "OPTIMAL" in out or "FEASIBLE" in out
+    result, cfg = scope["result"], scope["cfg"]
+    plans, errors = verify_dir(cfg, result.requests, tmp_path / "out" / "api_example" / "cpsat")
+    assert errors == []
+    frame = scope["plan"]
+    assert len(frame) == len(result.requests["tiny"]) and frame["request_id"].is_unique
+    ref = recompute(cfg, result.requests["tiny"], plans["tiny"].batch_of, plans["tiny"].seq_align)
+    summary = result.summary()
+    row = summary[(summary.method == "cpsat") & (summary.bucket == "tiny")].iloc[0]
+    assert row["cost"] == pytest.approx(ref["cost"], rel=1e-12)
+
+
+def test_solve_takes_a_path_and_all_methods():
+    result = solve(ROOT / "configs" / "tiny.yaml", methods="all", time_limit=3)
+    assert set(result.results) == {"cpsat", "dp", "greedy", "baseline", "baseline_step128", "baseline_exp"}
+    assert isinstance(result.summary(), pd.DataFrame)
+    best = result.results["cpsat"].objective
+    assert all(r.objective >= best * (1 - 1e-9) for r in result.results.values())
+
+
+def test_unknown_method_is_a_clear_error():
+    with pytest.raises(ValueError, match=r"methods=\['nope'\] must be among"):
+        solve(load_config(ROOT / "configs" / "tiny.yaml"), methods=("nope",))
