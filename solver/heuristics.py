@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from models.config import Config
-from models.dp import shape_dp
+from models.dp import shape_dp_counts
 from models.instance import Instance, aligned as align, quad_sum_coeffs
 from models.plan import BucketPlan
 from solver.batching import capacity, plan_from_shape_choice, round_up
@@ -103,6 +103,11 @@ def greedy(inst: Instance):
 
 def weighted_shape_dp(inst: Instance, weights: dict[str, float]):
     """Shapes minimizing the weighted objective when each request rounds up and pays its own gen."""
+    return min(weighted_shape_dp_counts(inst, weights).values(), key=lambda item: item[1])
+
+
+def weighted_shape_dp_counts(inst: Instance, weights: dict[str, float]) -> dict[int, tuple[list[int], float]]:
+    """weighted_shape_dp's best set of exactly n shapes, for each n up to max_unique."""
     cfg, costs = inst.cfg, inst.costs
     levels = np.asarray(inst.all_shapes)
     a = np.zeros(len(levels)); b = np.zeros(len(levels)); c = np.zeros(len(levels))
@@ -121,7 +126,7 @@ def weighted_shape_dp(inst: Instance, weights: dict[str, float]):
         b += np.bincount(lvl, rb, minlength=len(levels))
         c += np.bincount(lvl, rc, minlength=len(levels))
     fixed = w_cost * costs.compile(levels)
-    return shape_dp(levels, a, b, c, fixed, cfg.shapes.max_unique)
+    return shape_dp_counts(levels, a, b, c, fixed, cfg.shapes.max_unique)
 
 
 def gen_runs(gens: np.ndarray, counts: np.ndarray, per_req: np.ndarray, per_batch: np.ndarray, cap: np.ndarray):
@@ -263,14 +268,32 @@ def lagrange_search(batcher: LagrangeBatcher, objective, rounds: int = 24) -> Bu
 
 
 def dp(inst: Instance):
-    """Exact shape DP for the weighted objective, then per-bucket gen DP with limit multipliers."""
+    """Exact shape DP for the weighted objective, then per-bucket gen DP with limit multipliers.
+
+    Fewer shapes mean fewer, fuller batches (a latency or sequential-time limit may need that), so
+    the DP's best sets of every count down to half are tried too; the best plan set is kept."""
     weights = inst.cfg.objective.weight_map()
-    shapes, _ = weighted_shape_dp(inst, weights)
-    plans = {}
+    per_count = weighted_shape_dp_counts(inst, weights)
+    best_n = min(per_count, key=lambda n: per_count[n][1])
+    tried = [(dp_plans(inst, per_count[n][0], weights)) for n in counts_to_try(best_n) if n in per_count]
+    return min(tried, key=lambda item: item[0])[1]
+
+
+def counts_to_try(n: int) -> list[int]:
+    """The DP's best count and every count down to half of it."""
+    return list(range(n, (n - 1) // 2, -1))
+
+
+def dp_plans(inst: Instance, shapes: list[int], weights: dict[str, float]):
+    """((limit violation, objective), plans) of the gen DP on a fixed shape set."""
+    plans, broken, value = {}, 0.0, weights.get("cost", 0.0) * float(inst.costs.compile(np.array(shapes, float)).sum())
     for name, req in inst.requests.items():
         batcher = LagrangeBatcher(inst, name, round_up(req.prompt, shapes), weights)
         plans[name] = lagrange_search(batcher, lambda m: bucket_objective(m, weights))
-    return plans
+        m = bucket_metrics(req, plans[name], inst.costs)
+        broken += sum(violation(m, batcher.limits).values())
+        value += bucket_objective(m, weights)
+    return (broken, value), plans
 
 
 def bucket_objective(m, weights: dict[str, float]) -> float:

@@ -79,7 +79,7 @@ def run_sweep(config: str, grid: dict[str, list], method: str = "cpsat", time_li
     check_points(config, points)
     cores = os.cpu_count() or 1
     jobs = min(jobs or cores, len(points))
-    workers = max(1, cores // jobs)
+    workers = max(4, cores // jobs)   # a single CP-SAT worker has no LNS and rarely moves off the hint
     log.info("sweep: %d points, %d at a time, %d CP-SAT workers each", len(points), jobs, workers)
     if jobs == 1:
         rows = [point_row(config, p, method, time_limit, workers) for p in points]

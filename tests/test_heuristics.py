@@ -3,11 +3,11 @@ import itertools
 import numpy as np
 import pytest
 
-from models.dp import shape_dp
+from models.dp import shape_dp, shape_dp_counts
 from models.instance import Instance
 from models.requests import Requests
-from solver.heuristics import HEURISTICS, pow2_shapes
-from solver.pipeline import evaluate
+from solver.heuristics import HEURISTICS, counts_to_try, dp_plans, pow2_shapes, weighted_shape_dp_counts
+from solver.pipeline import evaluate, rank_key
 from tests.helpers import load, make_config, recompute, rows_from
 
 
@@ -45,12 +45,34 @@ def test_shape_dp_equals_brute_force():
         fixed = rng.uniform(0, 500, m)
         k = int(rng.integers(1, m + 1))
         _, value = shape_dp(levels, a, counts, np.zeros(m), fixed, k)
-        best = np.inf
+        per_count = shape_dp_counts(levels, a, counts, np.zeros(m), fixed, k)
+        exact = {}
         for r in range(1, k + 1):
             for combo in itertools.combinations(range(m), r):
                 if combo[-1] != m - 1:
                     continue
                 chosen = levels[list(combo)]
                 serve = chosen[np.searchsorted(chosen, levels)]
-                best = min(best, float((a + counts * serve).sum() + fixed[list(combo)].sum()))
-        assert value == pytest.approx(best)
+                exact[r] = min(exact.get(r, np.inf), float((a + counts * serve).sum() + fixed[list(combo)].sum()))
+        assert value == pytest.approx(min(exact.values()))
+        assert sorted(per_count) == sorted(exact)
+        for r, (chosen, total) in per_count.items():
+            assert len(chosen) == r and total == pytest.approx(exact[r])
+            serve = np.array(chosen)[np.searchsorted(chosen, levels)]
+            assert total == pytest.approx(float((a + counts * serve).sum() + fixed[np.isin(levels, chosen)].sum()))
+
+
+def test_dp_keeps_the_best_shape_count(tmp_path):
+    """dp tries the DP's best shape count and fewer; its plan ranks no worse than any count tried."""
+    rng = np.random.default_rng(5)
+    prompts, gens = rng.integers(1, 2000, 160), rng.integers(1, 80, 160)
+    for limit in (2.0e4, 3.0e4, 5.0e4):
+        inst = instance(tmp_path, prompts, gens, {"sequential_time_ms": limit},
+                        shapes={"max_unique": 8, "granularity": 64}, batching={"max_batch_size": 32})
+        weights = inst.cfg.objective.weight_map()
+        per_count = weighted_shape_dp_counts(inst, weights)
+        best_n = min(per_count, key=lambda n: per_count[n][1])
+        res = evaluate(inst, "dp", HEURISTICS["dp"](inst), 0.0)
+        for n in counts_to_try(best_n):
+            other = evaluate(inst, "dp", dp_plans(inst, per_count[n][0], weights)[1], 0.0)
+            assert rank_key(res) <= rank_key(other)
