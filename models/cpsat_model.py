@@ -40,6 +40,21 @@ class ClassData:
     up: np.ndarray = field(metadata={"description": "requests of gen level j with shape level <= i"})
 
 
+def class_data(cfg: Config, costs: Costs, shapes: np.ndarray, g: BucketGroups, limits: dict) -> ClassData:
+    """Per class (shape level i, gen cap level j) of one bucket: member cost, batch latency, capacity."""
+    s = np.asarray(shapes)[:, None].astype(np.float64)
+    c = g.caps[None, :].astype(np.float64)
+    lat = costs.latency(s, c)
+    cap = np.full(lat.shape, cfg.batching.max_batch_size, dtype=np.int64)
+    if cfg.batching.max_batch_tokens:
+        cap = np.minimum(cap, cfg.batching.max_batch_tokens // (np.asarray(shapes)[:, None] + g.caps[None, :]))
+    if limits.get("max_latency_ms") is not None:
+        cap = np.where(lat > limits["max_latency_ms"], 0, cap)
+    up = np.cumsum(g.counts, axis=0)
+    reach = np.cumsum(up, axis=1)
+    return ClassData(costs.per_request(s, c), lat, (s + c).astype(np.int64), cap, reach, up)
+
+
 @dataclass
 class ModelSolution:
     """What the search found, on the model's terms."""
@@ -93,7 +108,7 @@ class ShapeModel:
         self.groups = groups
         self.weights = weights
         self.limits = {b.name: dict(b.limits.items()) for b in cfg.buckets}
-        self.data = {name: self._class_data(g) for name, g in groups.items()}
+        self.data = {name: class_data(cfg, self.costs, self.shapes, g, self.limits[name]) for name, g in groups.items()}
         self.scale = SCALE / max(scale_ref, 1e-9)
         self.model = cp_model.CpModel()
         # slack[(bucket, limit)]: how far a limit is exceeded; priced far above any plan's objective, so
@@ -111,21 +126,6 @@ class ShapeModel:
             self._add_cost_limit(name)
             self._add_sequential_limit(name)
         self._add_objective()
-
-    # --- data -----------------------------------------------------------------------------
-    def _class_data(self, g: BucketGroups) -> ClassData:
-        s = self.shapes[:, None].astype(np.float64)
-        c = g.caps[None, :].astype(np.float64)
-        lat = self.costs.latency(s, c)
-        cap = np.full(lat.shape, self.cfg.batching.max_batch_size, dtype=np.int64)
-        if self.cfg.batching.max_batch_tokens:
-            cap = np.minimum(cap, self.cfg.batching.max_batch_tokens // (self.shapes[:, None] + g.caps[None, :]))
-        limit = self.limits[g.name].get("max_latency_ms")
-        if limit is not None:
-            cap = np.where(lat > limit, 0, cap)
-        up = np.cumsum(g.counts, axis=0)
-        reach = np.cumsum(up, axis=1)
-        return ClassData(self.costs.per_request(s, c), lat, (s + c).astype(np.int64), cap, reach, up)
 
     # --- variables ------------------------------------------------------------------------
     def _int(self, ub: int, name: str):

@@ -10,7 +10,12 @@ def shape_dp(levels: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.ndarray, fi
 
     Returns (chosen level values, total). Exact: O(k m^2) over m levels."""
     per_count = shape_dp_counts(levels, a, b, c, fixed, k)
-    return min(per_count.values(), key=lambda item: item[1])
+    return per_count[best_count(per_count)]
+
+
+def best_count(per_count: dict[int, tuple[list[int], float]]) -> int:
+    """The shape count of least total in a shape_dp_counts result."""
+    return min(per_count, key=lambda n: per_count[n][1])
 
 
 def shape_dp_counts(levels: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.ndarray, fixed: np.ndarray,

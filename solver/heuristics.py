@@ -10,11 +10,11 @@ import math
 import numpy as np
 
 from models.config import Config
-from models.dp import shape_dp_counts
+from models.dp import best_count, shape_dp_counts
 from models.instance import Instance, aligned as align, quad_sum_coeffs
 from models.plan import BucketPlan
 from solver.batching import capacity, plan_from_shape_choice, round_up
-from solver.verify import bucket_metrics
+from solver.verify import bucket_metrics, limit_excess, plan_objective, rank
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,8 @@ def greedy(inst: Instance):
 
 def weighted_shape_dp(inst: Instance, weights: dict[str, float]):
     """Shapes minimizing the weighted objective when each request rounds up and pays its own gen."""
-    return min(weighted_shape_dp_counts(inst, weights).values(), key=lambda item: item[1])
+    per_count = weighted_shape_dp_counts(inst, weights)
+    return per_count[best_count(per_count)]
 
 
 def weighted_shape_dp_counts(inst: Instance, weights: dict[str, float]) -> dict[int, tuple[list[int], float]]:
@@ -221,16 +222,6 @@ class LagrangeBatcher:
         return idx[~take], order, sizes
 
 
-def violation(metrics, limits: dict[str, float]) -> dict[str, float]:
-    """Relative excess of each broken limit."""
-    out = {}
-    for key, value in limits.items():
-        got = getattr(metrics, key)
-        if got > value * (1 + 1e-12):
-            out[key] = (got - value) / max(value, 1e-9)
-    return out
-
-
 def lagrange_search(batcher: LagrangeBatcher, objective, rounds: int = 24) -> BucketPlan:
     """Raise the multipliers of broken limits until a plan meets them; keep the best plan met."""
     limits = batcher.limits
@@ -240,7 +231,7 @@ def lagrange_search(batcher: LagrangeBatcher, objective, rounds: int = 24) -> Bu
     for r in range(rounds):
         plan = batcher.plan(lam)
         m = bucket_metrics(batcher.req, plan, batcher.costs)
-        broken = violation(m, limits)
+        broken = limit_excess(m, limits)
         key = (sum(broken.values()), objective(m))
         if best_key is None or (key[0] == 0 and (best_key[0] > 0 or key[1] < best_key[1])) or \
                 (best_key[0] > 0 and key[0] < best_key[0]):
@@ -274,7 +265,7 @@ def dp(inst: Instance):
     the DP's best sets of every count down to half are tried too; the best plan set is kept."""
     weights = inst.cfg.objective.weight_map()
     per_count = weighted_shape_dp_counts(inst, weights)
-    best_n = min(per_count, key=lambda n: per_count[n][1])
+    best_n = best_count(per_count)
     tried = [(dp_plans(inst, per_count[n][0], weights)) for n in counts_to_try(best_n) if n in per_count]
     return min(tried, key=lambda item: item[0])[1]
 
@@ -285,15 +276,15 @@ def counts_to_try(n: int) -> list[int]:
 
 
 def dp_plans(inst: Instance, shapes: list[int], weights: dict[str, float]):
-    """((limit violation, objective), plans) of the gen DP on a fixed shape set."""
-    plans, broken, value = {}, 0.0, weights.get("cost", 0.0) * float(inst.costs.compile(np.array(shapes, float)).sum())
+    """(rank key, plans) of the gen DP on a fixed shape set."""
+    plans, metrics, limits = {}, {}, {}
     for name, req in inst.requests.items():
         batcher = LagrangeBatcher(inst, name, round_up(req.prompt, shapes), weights)
         plans[name] = lagrange_search(batcher, lambda m: bucket_objective(m, weights))
-        m = bucket_metrics(req, plans[name], inst.costs)
-        broken += sum(violation(m, batcher.limits).values())
-        value += bucket_objective(m, weights)
-    return (broken, value), plans
+        metrics[name] = bucket_metrics(req, plans[name], inst.costs)
+        limits[name] = batcher.limits
+    _, _, objective = plan_objective(metrics, inst.costs, weights)
+    return rank(metrics, limits, objective), plans
 
 
 def bucket_objective(m, weights: dict[str, float]) -> float:

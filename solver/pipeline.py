@@ -19,7 +19,7 @@ from models.requests import Requests, load_requests
 from solver.bounds import objective_bound
 from solver.heuristics import HEURISTICS
 from solver.postprocess import classes_to_plan, plan_to_classes
-from solver.verify import BucketMetrics, bucket_metrics, verify_plans
+from solver.verify import BucketMetrics, bucket_metrics, plan_objective, rank, verify_plans
 
 log = logging.getLogger(__name__)
 METHODS = ("cpsat", "dp", "greedy", "baseline", "baseline_step128", "baseline_exp")
@@ -42,15 +42,11 @@ class MethodResult:
     def feasible(self) -> bool:
         return all(not m.broken() for m in self.metrics.values())
 
-    def violation(self) -> float:
-        total = 0.0
-        for name, m in self.metrics.items():
-            for key in m.broken():
-                limit = self.limits_of[name][key]
-                total += (getattr(m, key) - limit) / max(limit, 1e-9)
-        return total
-
     limits_of: dict = field(default_factory=dict)
+
+    def rank(self) -> tuple:
+        """Plans meeting every limit first, then least violation, then objective."""
+        return rank(self.metrics, self.limits_of, self.objective)
 
 
 @dataclass
@@ -153,19 +149,12 @@ def evaluate(inst: Instance, method: str, plans: dict[str, BucketPlan], elapsed:
             raise RuntimeError(f"{method} produced an invalid plan: {errors[0]}")
         limits = {b.name: dict(b.limits.items()) for b in inst.cfg.buckets}
         metrics = {n: bucket_metrics(inst.requests[n], plans[n], inst.costs, limits[n]) for n in plans}
-    shapes = sorted(set().union(*[m.shapes for m in metrics.values()]))
-    compile_cost = float(inst.costs.compile(np.array(shapes, dtype=np.float64)).sum())
-    total = sum(m.cost for m in metrics.values()) + compile_cost
-    w = inst.cfg.objective.weight_map()
-    objective = w.get("cost", 0) * total + sum(
-        w.get("sequential_time_ms", 0) * m.sequential_time_ms + w.get("pad_tokens", 0) * m.pad_tokens
-        for m in metrics.values())
+    shapes, total, objective = plan_objective(metrics, inst.costs, inst.cfg.objective.weight_map())
     return MethodResult(method, plans, metrics, shapes, total, objective, elapsed, limits_of=limits)
 
 
 def rank_key(r: MethodResult):
-    """Plans meeting every limit first, then least violation, then objective."""
-    return (not r.feasible, r.violation(), r.objective)
+    return r.rank()
 
 
 def run_heuristic(inst: Instance, method: str, stages: Stages | None = None) -> MethodResult:

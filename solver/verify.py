@@ -170,3 +170,30 @@ def verify_dir(cfg: Config, requests: dict[str, Requests], plan_dir: Path):
     if not errors:
         errors += shape_count_errors(cfg, plans)
     return plans, errors
+
+
+def limit_excess(m: BucketMetrics, limits: dict[str, float]) -> dict[str, float]:
+    """Relative excess of each broken limit of one bucket ({} when every limit holds)."""
+    out = {}
+    for key, value in limits.items():
+        got = getattr(m, LIMIT_METRIC[key])
+        if got > value * (1 + 1e-12):
+            out[key] = (got - value) / max(value, 1e-9)
+    return out
+
+
+def plan_objective(metrics: dict[str, BucketMetrics], costs: Costs, weights: dict[str, float]):
+    """(shapes used, total cost with compile cost, weighted objective) of a plan set."""
+    shapes = sorted(set().union(*[m.shapes for m in metrics.values()]))
+    compile_cost = float(costs.compile(np.array(shapes, dtype=np.float64)).sum())
+    total = sum(m.cost for m in metrics.values()) + compile_cost
+    objective = weights.get("cost", 0) * total + sum(
+        weights.get("sequential_time_ms", 0) * m.sequential_time_ms + weights.get("pad_tokens", 0) * m.pad_tokens
+        for m in metrics.values())
+    return shapes, total, objective
+
+
+def rank(metrics: dict[str, BucketMetrics], limits: dict[str, dict], objective: float) -> tuple:
+    """Sort key of a plan set: every limit met first, then least total relative excess, then objective."""
+    excess = sum(sum(limit_excess(m, limits[name]).values()) for name, m in metrics.items())
+    return (excess > 0, excess, objective)

@@ -3,7 +3,7 @@ import itertools
 import numpy as np
 import pytest
 
-from models.dp import shape_dp, shape_dp_counts
+from models.dp import best_count, shape_dp, shape_dp_counts
 from models.instance import Instance
 from models.requests import Requests
 from solver.heuristics import HEURISTICS, counts_to_try, dp_plans, pow2_shapes, weighted_shape_dp_counts
@@ -71,7 +71,8 @@ def test_dp_keeps_the_best_shape_count(tmp_path):
                         shapes={"max_unique": 8, "granularity": 64}, batching={"max_batch_size": 32})
         weights = inst.cfg.objective.weight_map()
         per_count = weighted_shape_dp_counts(inst, weights)
-        best_n = min(per_count, key=lambda n: per_count[n][1])
+        best_n = best_count(per_count)
+        assert per_count[best_n][1] == min(total for _, total in per_count.values())
         res = evaluate(inst, "dp", HEURISTICS["dp"](inst), 0.0)
         for n in counts_to_try(best_n):
             other = evaluate(inst, "dp", dp_plans(inst, per_count[n][0], weights)[1], 0.0)

@@ -4,7 +4,7 @@ import pytest
 from models.instance import Instance
 from models.plan import BucketPlan
 from models.requests import Requests
-from solver.verify import bucket_metrics, verify_dir, verify_plans
+from solver.verify import bucket_metrics, limit_excess, plan_objective, rank, verify_dir, verify_plans
 from tests.helpers import load, make_config, recompute, rows_from
 
 
@@ -80,3 +80,24 @@ def test_good_file_is_valid(small, tmp_path):
     plans, errors = verify_dir(cfg, {"a": req}, d)
     assert errors == []
     assert recompute(cfg, req, plans["a"].batch_of, plans["a"].seq_align)["num_batches"] == 2
+
+
+def test_limit_excess_rank_and_objective(small):
+    """Limit excess is relative and only for broken limits; ranking puts plans meeting limits first."""
+    cfg, req = small
+    costs = Instance(cfg, {"a": req}).costs
+    tight = BucketPlan(np.array([0, 1, 2, 3, 4]), np.array([64, 128, 192, 64, 256]))
+    loose = BucketPlan(np.array([0, 0, 1, 0, 1]), np.array([128, 256]))
+    mt, ml = bucket_metrics(req, tight, costs), bucket_metrics(req, loose, costs)
+    limit = (mt.sequential_time_ms + ml.sequential_time_ms) / 2          # loose meets it, tight does not
+    limits = {"a": {"sequential_time_ms": limit, "pad_ratio": 10.0}}
+    assert limit_excess(ml, limits["a"]) == {}
+    assert limit_excess(mt, limits["a"]) == {"sequential_time_ms": pytest.approx((mt.sequential_time_ms - limit) / limit)}
+    shapes, total, objective = plan_objective({"a": mt}, costs, {"cost": 1.0})
+    ref = recompute(cfg, req, tight.batch_of, tight.seq_align)
+    assert shapes == [64, 128, 192, 256]
+    assert total == pytest.approx(ref["cost"] + float(costs.compile(np.array(shapes, float)).sum()), rel=1e-12)
+    assert objective == total
+    key_t = rank({"a": mt}, limits, objective)
+    key_l = rank({"a": ml}, limits, plan_objective({"a": ml}, costs, {"cost": 1.0})[2])
+    assert key_l < key_t and key_t[0] and not key_l[0]
