@@ -157,13 +157,15 @@ class Objective(Strict):
 class Solver(Strict):
     """CP-SAT settings."""
 
-    time_limit_s: float = Field(60, gt=0, description="wall time for the CP-SAT search")
+    time_limit_s: float = Field(60, gt=0, description="wall time for the CP-SAT search and the polish after it")
     workers: int = Field(0, ge=0, description="search workers, 0 = all cores")
     seed: int = Field(0, description="random seed")
     gen_caps: int = Field(48, ge=2, le=2000, description="gen-length caps per bucket in the model (exact when the "
                                                          "trace has at most this many distinct gen lengths)")
     max_candidates: int = Field(64, ge=1, description="candidate shapes in the model at most (pruned beyond)")
     log_progress: bool = Field(True, description="stream incumbent, bound and gap while searching")
+    polish_share: float = Field(0.5, ge=0, lt=1, description="share of time_limit_s for the pair-MIP polish of "
+                                                             "the best plan's assignment after CP-SAT (0 = off)")
 
 
 class Output(Strict):

@@ -71,16 +71,17 @@ class Instance:
         return next(b for b in self.cfg.buckets if b.name == name)
 
 
-def gen_ladder(gen: np.ndarray, max_caps: int, keep=()) -> tuple[np.ndarray, bool]:
+def gen_ladder(gen: np.ndarray, max_caps: int, keep=(), keep_all: bool = False) -> tuple[np.ndarray, bool]:
     """Gen caps: every distinct gen when few, else the `keep` caps (e.g. a hint plan's batch caps, so
-    that plan is represented exactly) and the caps minimizing total gen padding (exact DP)."""
+    that plan is represented exactly; all of them with keep_all, else only when they are at most
+    half the caps) and the caps minimizing total gen padding (exact DP)."""
     vals, counts = np.unique(gen, return_counts=True)
     if len(vals) <= max_caps:
         return vals.astype(np.int64), True
-    keep = set(int(x) for x in keep) if len(set(keep)) <= max_caps // 2 else set()
+    keep = set(int(x) for x in keep) if keep_all or len(set(keep)) <= max_caps // 2 else set()
     sums = np.bincount(np.searchsorted(vals, gen), weights=gen.astype(np.float64), minlength=len(vals))
     caps, _ = shape_dp(vals, -sums, counts.astype(np.float64), np.zeros(len(vals)), np.zeros(len(vals)),
-                       max_caps - len(keep))
+                       max(max_caps - len(keep), 1))
     return np.array(sorted(set(int(c) for c in caps) | keep), dtype=np.int64), False
 
 
@@ -102,8 +103,8 @@ def prune_shapes(shapes: list[int], prompts: np.ndarray, keep: set[int], limit: 
     return sorted(chosen)[:limit] if shapes[-1] in sorted(chosen)[:limit] else sorted(chosen)[-limit:]
 
 
-def group_bucket(req: Requests, shapes: np.ndarray, max_caps: int, keep_caps=()) -> BucketGroups:
-    caps, exact = gen_ladder(req.gen, max_caps, keep_caps)
+def group_bucket(req: Requests, shapes: np.ndarray, max_caps: int, keep_caps=(), keep_all: bool = False) -> BucketGroups:
+    caps, exact = gen_ladder(req.gen, max_caps, keep_caps, keep_all)
     i = np.searchsorted(shapes, req.prompt, side="left")
     j = np.searchsorted(caps, req.gen, side="left")
     counts = np.zeros((len(shapes), len(caps)), dtype=np.int64)

@@ -191,10 +191,11 @@ def run_cpsat(inst: Instance, heuristics: list[MethodResult], time_limit: float,
     stages = stages if stages is not None else Stages()
     start = time.monotonic()
     best_h = min(heuristics, key=rank_key) if heuristics else None
+    search_s = time_limit * (1.0 - cfg.solver.polish_share)
     with stages.timed("cpsat"):
         shapes, groups, model = build_model(inst, heuristics, best_h)
         build_s = time.monotonic() - start
-        sol = model.solve(max(time_limit - build_s, 1.0), cfg.solver.workers, cfg.solver.seed,
+        sol = model.solve(max(search_s - build_s, 1.0), cfg.solver.workers, cfg.solver.seed,
                           cfg.solver.log_progress)
     bound = max(sol.bound, presearch_bound)
     info = {"status": sol.status, "best_bound": bound, "cpsat_bound": sol.bound,
@@ -214,6 +215,9 @@ def run_cpsat(inst: Instance, heuristics: list[MethodResult], time_limit: float,
                             limits_of=h.limits_of)
         copy.solver["plan_source"] = f"heuristic {h.method} (kept: better than the CP-SAT solution)"
         candidates.append(copy)
+    if candidates and cfg.solver.polish_share > 0 and not sol.interrupted:
+        candidates += run_polish(inst, min(candidates, key=rank_key), time_limit - (time.monotonic() - start),
+                                 stages, info)
     result = min(candidates, key=rank_key)
     source = result.solver.get("plan_source", "cpsat")
     result.solver = dict(info, plan_source=source)
@@ -222,6 +226,25 @@ def run_cpsat(inst: Instance, heuristics: list[MethodResult], time_limit: float,
         if result.objective and math.isfinite(bound) else None
     result.time_s = time.monotonic() - start
     return result
+
+
+def run_polish(inst: Instance, best: MethodResult, time_left: float, stages: Stages, info: dict) -> list:
+    """The pair-MIP polish of the best plan so far on its own shapes: [] or [its result]."""
+    from solver.polish import polish
+
+    if time_left < 2.0:
+        return []
+    with stages.timed("polish"):
+        plans = polish(inst, best.shapes, best.plans, best.objective, time_left)
+    if plans is None:
+        return []
+    result = evaluate(inst, "cpsat", plans, 0.0, stages)
+    info["polish_objective"] = result.objective
+    info["polish_time_s"] = stages["polish"]
+    base = best.solver.get("plan_source", "cpsat").split(" (")[0]
+    result.solver["plan_source"] = f"{base}, assignment re-solved by the pair MIP (polish)"
+    log.info("polish: objective %.6g (was %.6g)", result.objective, best.objective)
+    return [result]
 
 
 def build_model(inst: Instance, heuristics: list[MethodResult], best_h: MethodResult | None):

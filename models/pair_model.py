@@ -1,0 +1,293 @@
+"""The pair (facility-location) form of the assignment, for a fixed set of candidate shapes.
+
+The CP-SAT model counts requests per class through flows; its LP lets a class hold a fraction
+of a batch, so under a sequential-time limit its search has little to go on. Here every pair
+(request group g, class c) has its own count x[g, c] <= n_g * y[c], y[c] meaning "class c holds
+a batch" (y[c] <= z[shape], y[c] <= k[c], its batch count). Groups are as fine as the gens allow
+(every distinct gen when there are at most `group_caps` of them), so n_g is small and the LP is
+nearly integral once the shapes are fixed.
+
+All pairs would be too many, so they are priced in (column generation): the LP over the pairs of
+a starting plan and a few neighbours is solved, every other pair's reduced cost comes from the
+duals, the most negative ones are added, and so on. A MIP over the pairs written then gives the
+plan. Classes are charged at their gen cap, so a plan costs at most what the model says; limits
+are soft (priced far above any plan), so the model always has a solution.
+
+Variables per bucket: x[g, c] (pairs written), y[c] in {0, 1}, k[c] >= 0, one slack per limit;
+global: z[i] in {0, 1} per shape. HiGHS (through scipy) solves the LPs and the MIP.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.optimize import linprog
+
+from models.config import Config
+from models.cost import Costs, allowed_over
+from models.cpsat_model import class_data
+from models.instance import BucketGroups, group_bucket
+from models.plan import BucketPlan
+from models.requests import Requests
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PricingResult:
+    """What the column generation did."""
+
+    lp_value: float = field(metadata={"description": "objective of the last LP (over the pairs written)"})
+    converged: bool = field(metadata={"description": "no pair with negative reduced cost was left"})
+    rounds: int = field(metadata={"description": "LP solves"})
+    columns: int = field(metadata={"description": "pairs written"})
+    time_s: float = field(metadata={"description": "wall time"})
+
+
+def limit_rhs(limits: dict, g: BucketGroups) -> dict[str, float]:
+    """Right-hand side of each limit as a sum over members or batches (pad: tokens incl. real ones)."""
+    rhs = {}
+    if "sequential_time_ms" in limits:
+        rhs["sequential_time_ms"] = float(limits["sequential_time_ms"])
+    budgets = [limits[k] for k in ("pad_tokens",) if k in limits]
+    if "pad_ratio" in limits:
+        budgets.append(limits["pad_ratio"] * g.real_tokens)
+    if budgets:
+        rhs["pad"] = g.real_tokens + math.floor(min(budgets) + 1e-9)
+    for key, pct in (("p95_latency_ms", 95), ("p99_latency_ms", 99)):
+        if key in limits:
+            rhs[key] = float(allowed_over(g.size, pct))
+    if "cost" in limits:
+        rhs["cost"] = float(limits["cost"])
+    return rhs
+
+
+class BucketPairs:
+    """One bucket's classes (shape level, gen cap level), fine groups, and the pairs written so far."""
+
+    def __init__(self, cfg: Config, costs: Costs, shapes: np.ndarray, req: Requests, limits: dict,
+                 weights: dict[str, float], cls: BucketGroups, group_caps: int):
+        self.req, self.shapes, self.caps = req, np.asarray(shapes), cls.caps
+        grp = group_bucket(req, self.shapes, group_caps, keep_caps=cls.caps, keep_all=True)
+        d = class_data(cfg, costs, self.shapes, cls, limits)
+        self.ci, self.cj = np.nonzero(d.capacity > 0)
+        self.gi, gj = np.nonzero(grp.counts)
+        self.group_caps = grp.caps
+        self.n = grp.counts[self.gi, gj].astype(np.float64)           # requests per group
+        self.gj = np.searchsorted(cls.caps, grp.caps[gj])              # class gen level of each group
+        ci, cj = self.ci, self.cj
+        self.cost, self.lat = d.per_request[ci, cj], d.latency[ci, cj]
+        self.tok, self.cap = d.tokens[ci, cj].astype(np.float64), d.capacity[ci, cj].astype(np.float64)
+        wc, wp, ws = (weights.get(k, 0.0) for k in ("cost", "pad_tokens", "sequential_time_ms"))
+        self.oh = cfg.cost_model.batch_overhead_cost
+        self.obj_x = wc * self.cost + wp * self.tok                     # per member of a class
+        self.obj_k = wc * self.oh + ws * self.lat                       # per batch of a class
+        self.constant = -wp * cls.real_tokens
+        self.rhs = limit_rhs(limits, cls)
+        # per limit: (family summed, coefficient per class); family x = members, k = batches
+        self.rows: dict[str, tuple[str, np.ndarray]] = {}
+        if "sequential_time_ms" in self.rhs:
+            self.rows["sequential_time_ms"] = ("k", self.lat)
+        if "pad" in self.rhs:
+            self.rows["pad"] = ("x", self.tok)
+        for key in ("p95_latency_ms", "p99_latency_ms"):
+            if key in self.rhs:
+                self.rows[key] = ("x", (self.lat > limits[key]).astype(np.float64))
+        if "cost" in self.rhs:
+            self.rows["cost"] = ("xk", self.cost)
+        self.class_index = {(int(i), int(j)): c for c, (i, j) in enumerate(zip(ci, cj))}
+        self.group_of = {(int(i), int(g)): t for t, (i, g) in enumerate(zip(self.gi, grp.caps[gj]))}
+        self.pg = np.zeros(0, dtype=np.int64)                           # pair -> group
+        self.pc = np.zeros(0, dtype=np.int64)                           # pair -> class
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.ci)
+
+    def request_groups(self) -> np.ndarray:
+        """The fine group of every request."""
+        gi = np.searchsorted(self.shapes, self.req.prompt)
+        gen = self.group_caps[np.searchsorted(self.group_caps, self.req.gen)]
+        return np.array([self.group_of[(a, b)] for a, b in zip(gi.tolist(), gen.tolist())], dtype=np.int64)
+
+    def add_plan(self, plan: BucketPlan) -> None:
+        """Write the pairs a plan uses, so the model holds that plan: each batch at the smallest
+        candidate holding its members, its cap level the one of its longest gen."""
+        req = self.req
+        gi = np.searchsorted(self.shapes, req.prompt)
+        nb = plan.num_batches
+        top = np.zeros(nb, dtype=np.int64)
+        np.maximum.at(top, plan.batch_of, gi)
+        gmax = np.zeros(nb, dtype=np.int64)
+        np.maximum.at(gmax, plan.batch_of, req.gen)
+        bi = np.maximum(np.searchsorted(self.shapes, plan.seq_align, side="right") - 1, top)
+        bj = np.searchsorted(self.caps, gmax)
+        groups = self.request_groups()
+        pairs = set(zip(groups.tolist(), bi[plan.batch_of].tolist(), bj[plan.batch_of].tolist()))
+        new = [(g, self.class_index[(i, j)]) for g, i, j in pairs if (i, j) in self.class_index]
+        self.add_pairs(np.array([p[0] for p in new], dtype=np.int64), np.array([p[1] for p in new], dtype=np.int64))
+
+    def add_neighbours(self, span_i: int = 1, span_j: int = 3) -> None:
+        """Write each group's pairs with the classes a few shape and cap levels above its own."""
+        di, dj = np.meshgrid(np.arange(span_i + 1), np.arange(span_j + 1), indexing="ij")
+        ti = (self.gi[:, None] + di.ravel()[None, :]).ravel()
+        tj = (self.gj[:, None] + dj.ravel()[None, :]).ravel()
+        gs = np.repeat(np.arange(len(self.n)), di.size)
+        lookup = np.full((len(self.shapes) + span_i + 1, len(self.caps) + span_j + 1), -1, dtype=np.int64)
+        lookup[self.ci, self.cj] = np.arange(self.num_classes)
+        cs = lookup[ti, tj]
+        self.add_pairs(gs[cs >= 0], cs[cs >= 0])
+
+    def add_pairs(self, new_g: np.ndarray, new_c: np.ndarray) -> None:
+        keys = np.unique(np.concatenate([self.pg * self.num_classes + self.pc, new_g * self.num_classes + new_c]))
+        self.pg, self.pc = keys // self.num_classes, keys % self.num_classes
+
+    def price(self, pi: np.ndarray, u_cap: np.ndarray, u_lim: dict[str, float], per_group: int,
+              chunk: int = 2_000_000) -> tuple[np.ndarray, np.ndarray]:
+        """Pairs not yet written with negative reduced cost (the most negative per_group of each group)."""
+        base = self.obj_x - u_cap
+        for key, (family, coef) in self.rows.items():
+            if "x" in family:
+                base = base - u_lim.get(key, 0.0) * coef
+        tol = 1e-9 * np.maximum(np.abs(self.obj_x), 1.0)
+        new_g, new_c = [], []
+        step = max(1, chunk // max(self.num_classes, 1))
+        for lo in range(0, len(self.n), step):
+            gs = np.arange(lo, min(lo + step, len(self.n)))
+            elig = (self.ci[None, :] >= self.gi[gs][:, None]) & (self.cj[None, :] >= self.gj[gs][:, None])
+            written = (self.pg >= gs[0]) & (self.pg <= gs[-1])
+            elig[self.pg[written] - gs[0], self.pc[written]] = False      # written pairs: priced by the LP
+            rc = np.where(elig, base[None, :] - pi[gs][:, None], np.inf)
+            order = np.argsort(rc, axis=1)[:, :per_group]
+            take = np.take_along_axis(rc < -tol[None, :], order, axis=1) & \
+                np.take_along_axis(elig, order, axis=1)
+            new_g.append(np.broadcast_to(gs[:, None], order.shape)[take])
+            new_c.append(order[take])
+        return np.concatenate(new_g), np.concatenate(new_c)
+
+
+class PairModel:
+    """Assembles the model over the pairs written so far and solves it (LP or MIP) with HiGHS."""
+
+    def __init__(self, cfg: Config, costs: Costs, shapes, requests: dict[str, Requests],
+                 weights: dict[str, float], classes: dict[str, BucketGroups], reference: float,
+                 group_caps: int = 2000):
+        self.shapes = np.asarray(shapes, dtype=np.int64)
+        self.max_unique = cfg.shapes.max_unique
+        limits = {b.name: dict(b.limits.items()) for b in cfg.buckets}
+        self.buckets = {n: BucketPairs(cfg, costs, self.shapes, r, limits[n], weights, classes[n], group_caps)
+                        for n, r in requests.items()}
+        self.compile = weights.get("cost", 0.0) * costs.compile(self.shapes.astype(np.float64))
+        self.reference = max(abs(reference), 1.0)      # objective scale: HiGHS works on objective / reference
+
+    def _assemble(self):
+        P = len(self.shapes)
+        obj, lo, hi = [self.compile], [np.zeros(P)], [np.ones(P)]
+        ub, eq = Rows(), Rows()
+        ub.add([np.zeros(P, dtype=np.int64)], [np.arange(P)], [np.ones(P)], [float(self.max_unique)])
+        layout, off = {}, P
+        for name, b in self.buckets.items():
+            X, C, keys = len(b.pg), b.num_classes, list(b.rows)
+            xo, yo, ko, so = off, off + X, off + X + C, off + X + 2 * C
+            off = so + len(keys)
+            layout[name] = (xo, yo, ko, so, keys)
+            penalty = [100.0 * self.reference / max(b.rhs[k], 1.0) for k in keys]
+            obj += [b.obj_x[b.pc], np.zeros(C), b.obj_k, np.array(penalty)]
+            lo += [np.zeros(X), np.zeros(C), np.zeros(C), np.zeros(len(keys))]
+            hi += [b.n[b.pg], np.ones(C), np.full(C, np.inf), np.full(len(keys), np.inf)]
+            r, cls = np.arange(X), np.arange(C)
+            eq.add([b.pg], [xo + r], [np.ones(X)], b.n)                                       # demand
+            ub.add([r, r], [xo + r, yo + b.pc], [np.ones(X), -b.n[b.pg]], np.zeros(X))        # x <= n_g y
+            ub.add([b.pc, cls], [xo + r, ko + cls], [np.ones(X), -b.cap], np.zeros(C))        # capacity
+            ub.add([cls, cls], [yo + cls, ko + cls], [np.ones(C), -np.ones(C)], np.zeros(C))  # y <= k
+            ub.add([cls, cls], [yo + cls, b.ci], [np.ones(C), -np.ones(C)], np.zeros(C))      # y <= z
+            for t, key in enumerate(keys):
+                family, coef = b.rows[key]
+                zeros_x, zeros_c = np.zeros(X, dtype=np.int64), np.zeros(C, dtype=np.int64)
+                rows, cols, vals = [np.zeros(1, dtype=np.int64)], [np.array([so + t])], [np.array([-1.0])]
+                if "x" in family:
+                    rows.append(zeros_x); cols.append(xo + r); vals.append(coef[b.pc])
+                if "k" in family:
+                    rows.append(zeros_c); cols.append(ko + cls)
+                    vals.append(coef if family == "k" else np.full(C, b.oh))
+                ub.add(rows, cols, vals, [b.rhs[key]])
+        return np.concatenate(obj), np.concatenate(lo), np.concatenate(hi), ub, eq, layout, off
+
+    def solve(self, time_left: float, integral: bool = False):
+        """(scipy result, rows, layout); objective values in real units via value()."""
+        c, lo, hi, ub, eq, layout, n = self._assemble()
+        integrality = None
+        if integral:
+            integrality = np.ones(n)
+            for xo, yo, ko, so, keys in layout.values():
+                integrality[so:so + len(keys)] = 0
+        res = linprog(c / self.reference, A_ub=ub.matrix(n), b_ub=ub.rhs(), A_eq=eq.matrix(n), b_eq=eq.rhs(),
+                      bounds=np.stack([lo, hi], axis=1), method="highs", integrality=integrality,
+                      options={"time_limit": max(time_left, 1.0), "presolve": True})
+        return res, (ub, eq), layout
+
+    def value(self, res) -> float:
+        return float(res.fun) * self.reference + sum(b.constant for b in self.buckets.values())
+
+    def price_in(self, time_limit_s: float, per_group: int = 12, max_rounds: int = 40) -> PricingResult:
+        """Column generation: LP, price, add, until nothing prices in or time runs out."""
+        start = time.monotonic()
+        value, rounds, converged = math.inf, 0, False
+        while rounds < max_rounds and time_limit_s - (time.monotonic() - start) > 0.5:
+            res, rows, layout = self.solve(time_limit_s - (time.monotonic() - start))
+            rounds += 1
+            if res.status != 0:
+                log.info("pair model: LP status %d (%s)", res.status, res.message)
+                break
+            value = self.value(res)
+            added = 0
+            for name, b in self.buckets.items():
+                new_g, new_c = b.price(*self._duals(res, rows, name), per_group)
+                b.add_pairs(new_g, new_c)
+                added += len(new_g)
+            log.debug("pair model: round %d, LP %.6g, %d pairs priced in", rounds, value, added)
+            if added == 0:
+                converged = True
+                break
+        columns = sum(len(b.pg) for b in self.buckets.values())
+        return PricingResult(value, converged, rounds, columns, time.monotonic() - start)
+
+    def _duals(self, res, rows, name):
+        """Demand duals per group, capacity duals per class and limit duals of one bucket (real units)."""
+        ub, eq = rows
+        names = list(self.buckets)
+        lo, hi = eq.blocks[names.index(name)]
+        first = 1 + sum(4 + len(self.buckets[n].rows) for n in names[:names.index(name)])
+        cap_lo, cap_hi = ub.blocks[first + 1]
+        u_lim = {key: float(res.ineqlin.marginals[ub.blocks[first + 4 + t][0]]) * self.reference
+                 for t, key in enumerate(self.buckets[name].rows)}
+        return (res.eqlin.marginals[lo:hi] * self.reference,
+                res.ineqlin.marginals[cap_lo:cap_hi] * self.reference, u_lim)
+
+
+class Rows:
+    """A sparse constraint matrix built block by block."""
+
+    def __init__(self):
+        self.r, self.c, self.v, self.b, self.blocks, self.count = [], [], [], [], [], 0
+
+    def add(self, rows, cols, vals, rhs):
+        rhs = np.asarray(rhs, dtype=np.float64)
+        for rr, cc, vv in zip(rows, cols, vals):
+            self.r.append(np.asarray(rr, dtype=np.int64) + self.count)
+            self.c.append(np.asarray(cc, dtype=np.int64))
+            self.v.append(np.asarray(vv, dtype=np.float64))
+        self.blocks.append((self.count, self.count + len(rhs)))
+        self.b.append(rhs)
+        self.count += len(rhs)
+
+    def matrix(self, n: int):
+        return sp.csr_matrix((np.concatenate(self.v), (np.concatenate(self.r), np.concatenate(self.c))),
+                             shape=(self.count, n))
+
+    def rhs(self):
+        return np.concatenate(self.b)

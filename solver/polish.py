@@ -1,0 +1,81 @@
+"""Polish: re-solve the assignment on the best plan's shapes in the pair form, as a MIP.
+
+The pair form's LP is nearly integral once the shapes are fixed (models/pair_model.py); HiGHS
+solves its MIP over the pairs the column generation wrote, starting from the best plan's own
+pairs. The resulting plan is judged by the exact cost model like every other candidate: it is
+kept only when it ranks better.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+
+from models.config import Config
+from models.instance import Instance, group_bucket
+from models.pair_model import BucketPairs, PairModel
+from models.plan import BucketPlan
+from solver.batching import chunk_run
+
+log = logging.getLogger(__name__)
+CLASS_CAPS = 48          # ladder gen caps per bucket, on top of the plan's own batch caps
+PRICING_SHARE = 0.4      # of the polish time, for the column generation (the rest: the MIP)
+
+
+def polish(inst: Instance, shapes: list[int], plans: dict[str, BucketPlan], reference: float,
+           time_limit_s: float) -> dict[str, BucketPlan] | None:
+    """A plan set on `shapes` from the pair MIP, or None when it found none in time."""
+    from solver.pipeline import batch_caps
+
+    start = time.monotonic()
+    cfg, S = inst.cfg, np.asarray(sorted(shapes), dtype=np.int64)
+    classes = {}
+    for name, req in inst.requests.items():
+        keep = batch_caps(req, plans[name])
+        classes[name] = group_bucket(req, S, CLASS_CAPS + len(keep), keep, keep_all=True)
+    model = PairModel(cfg, inst.costs, S, inst.requests, cfg.objective.weight_map(), classes, reference)
+    for name, b in model.buckets.items():
+        b.add_plan(plans[name])
+        b.add_neighbours()
+    priced = model.price_in(PRICING_SHARE * time_limit_s)
+    left = time_limit_s - (time.monotonic() - start)
+    log.info("polish: LP %.6g over %d pairs (%s, %d rounds)", priced.lp_value, priced.columns,
+             "converged" if priced.converged else "stopped", priced.rounds)
+    if left < 1.0:
+        return None
+    res, _, layout = model.solve(left, integral=True)
+    if res.x is None:
+        log.info("polish: no MIP solution (%s)", res.message)
+        return None
+    log.info("polish: MIP objective %.6g in %.1fs", model.value(res), time.monotonic() - start)
+    return {name: pairs_to_plan(cfg, b, res.x[layout[name][0]:layout[name][0] + len(b.pg)])
+            for name, b in model.buckets.items()}
+
+
+def pairs_to_plan(cfg: Config, b: BucketPairs, x: np.ndarray) -> BucketPlan:
+    """Concrete batches from integral pair counts: each class chunked from its longest gen down."""
+    req = b.req
+    group = b.request_groups()
+    counts = np.rint(x).astype(np.int64)
+    order = np.argsort(group, kind="stable")
+    starts = np.searchsorted(group[order], np.arange(len(b.n) + 1))
+    by_group = np.argsort(b.pg, kind="stable")
+    col_starts = np.searchsorted(b.pg[by_group], np.arange(len(b.n) + 1))
+    class_of = np.full(len(req), -1, dtype=np.int64)
+    for g in range(len(b.n)):
+        cols = by_group[col_starts[g]:col_starts[g + 1]]
+        members = order[starts[g]:starts[g + 1]]
+        take = np.repeat(b.pc[cols], counts[cols])
+        if len(take) != len(members):
+            raise AssertionError(f"pair MIP placed {len(take)} of the {len(members)} requests of group {g}")
+        class_of[members] = take
+    key = np.lexsort((-req.gen, class_of))
+    cuts = np.flatnonzero(np.r_[True, class_of[key][1:] != class_of[key][:-1], True])
+    sizes, seq = [], []
+    for lo, hi in zip(cuts[:-1], cuts[1:]):
+        s = int(b.shapes[b.ci[class_of[key[lo]]]])
+        chunk = chunk_run(cfg, s, req.gen[key[lo:hi]])
+        sizes += chunk
+        seq += [s] * len(chunk)
+    return BucketPlan.from_chunks(len(req), key, np.array(sizes), np.array(seq))
