@@ -132,7 +132,9 @@ class BucketPairs:
         self.add_pairs(np.array([p[0] for p in new], dtype=np.int64), np.array([p[1] for p in new], dtype=np.int64))
 
     def add_neighbours(self, span_i: int = 1, span_j: int = 3) -> None:
-        """Write each group's pairs with the classes a few shape and cap levels above its own."""
+        """Write each group's pairs with the classes a few shape and cap levels above its own, and
+        with the top class (largest shape, longest cap), which every group may join: so the LP
+        has a solution whatever else is written."""
         di, dj = np.meshgrid(np.arange(span_i + 1), np.arange(span_j + 1), indexing="ij")
         ti = (self.gi[:, None] + di.ravel()[None, :]).ravel()
         tj = (self.gj[:, None] + dj.ravel()[None, :]).ravel()
@@ -140,7 +142,8 @@ class BucketPairs:
         lookup = np.full((len(self.shapes) + span_i + 1, len(self.caps) + span_j + 1), -1, dtype=np.int64)
         lookup[self.ci, self.cj] = np.arange(self.num_classes)
         cs = lookup[ti, tj]
-        self.add_pairs(gs[cs >= 0], cs[cs >= 0])
+        top = lookup[self.ci.max(), self.cj[self.ci == self.ci.max()].max()]
+        self.add_pairs(np.r_[gs[cs >= 0], np.arange(len(self.n))], np.r_[cs[cs >= 0], np.full(len(self.n), top)])
 
     def add_pairs(self, new_g: np.ndarray, new_c: np.ndarray) -> None:
         keys = np.unique(np.concatenate([self.pg * self.num_classes + self.pc, new_g * self.num_classes + new_c]))

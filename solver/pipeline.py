@@ -235,7 +235,11 @@ def run_polish(inst: Instance, best: MethodResult, time_left: float, stages: Sta
     if time_left < 2.0:
         return []
     with stages.timed("polish"):
-        plans = polish(inst, best.shapes, best.plans, best.objective, time_left)
+        try:
+            plans = polish(inst, best.shapes, best.plans, best.objective, time_left)
+        except AssertionError as err:        # a MIP answer that does not place every request: keep the rest
+            log.warning("polish: skipped (%s)", err)
+            plans = None
     if plans is None:
         return []
     result = evaluate(inst, "cpsat", plans, 0.0, stages)

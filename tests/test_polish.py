@@ -1,0 +1,71 @@
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from models.instance import Instance
+from solver.pipeline import evaluate, load_all, run_heuristic, solve
+from solver.heuristics import rule_plan
+from solver.polish import polish
+from solver.verify import verify_plans
+from tests.helpers import load, make_config, recompute, rows_from
+
+
+def instance(tmp_path, prompts, gens, limits, k=3, batch=4, polish_share=0.5):
+    path = make_config(tmp_path, {"a": rows_from(prompts, gens)}, {"a": limits},
+                       shapes={"max_unique": k, "granularity": 64}, batching={"max_batch_size": batch},
+                       solver={"time_limit_s": 10, "workers": 2, "log_progress": False, "polish_share": polish_share})
+    cfg = load(path)
+    return Instance(cfg, load_all(cfg))
+
+
+def checked(inst, plans):
+    """Evaluate a plan set after checking it is valid and its metrics match a recomputation."""
+    assert verify_plans(inst.cfg, inst.requests, plans) == []
+    r = evaluate(inst, "polish", plans, 0.0)
+    for name, m in r.metrics.items():
+        ref = recompute(inst.cfg, inst.requests[name], plans[name].batch_of, plans[name].seq_align)
+        assert m.cost == pytest.approx(ref["cost"], rel=1e-12)
+        assert m.sequential_time_ms == pytest.approx(ref["sequential_time_ms"], rel=1e-12)
+        assert m.pad_tokens == ref["pad_tokens"]
+    return r
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(st.tuples(st.integers(1, 900), st.integers(1, 120)), min_size=3, max_size=40),
+       st.sampled_from([{}, {"sequential_time_ms": 4000}, {"p95_latency_ms": 1200}, {"pad_ratio": 0.8}]),
+       st.integers(1, 4), st.integers(1, 8))
+def test_polish_never_worse_than_its_start(tmp_path_factory, reqs, limits, k, batch):
+    """Polishing the dp plan gives a valid plan, no worse, meeting the limits whenever dp did."""
+    inst = instance(tmp_path_factory.mktemp("polish"), [p for p, _ in reqs], [g for _, g in reqs], limits, k, batch)
+    start = run_heuristic(inst, "dp")
+    plans = polish(inst, start.shapes, start.plans, start.objective, 20.0)
+    assert plans is not None
+    r = checked(inst, plans)
+    assert set(r.shapes) <= set(start.shapes)
+    if start.feasible:
+        assert r.feasible and r.objective <= start.objective * (1 + 1e-9)
+
+
+def test_polish_mixes_shapes_to_save_batches(tmp_path):
+    """13 long and 11 short prompts, batches of 8, a sequential-time limit of two long batches and
+    one short: only a plan where 3 short requests ride in a long batch meets it (rounding every
+    request up to its own shape needs 4 batches, one shape for all needs 3 long ones)."""
+    prompts, gens = [1000] * 13 + [50] * 11, [50] * 24
+    inst = instance(tmp_path, prompts, gens, {}, k=2, batch=8)
+    limit = float(2 * inst.costs.latency(1024, 50) + inst.costs.latency(64, 50)) * (1 + 1e-9)
+    inst = instance(tmp_path, prompts, gens, {"sequential_time_ms": limit}, k=2, batch=8)
+    start = evaluate(inst, "rounding", rule_plan(inst, [64, 1024], order="gen"), 0.0)
+    assert not start.feasible and start.metrics["a"].num_batches == 4
+    r = checked(inst, polish(inst, [64, 1024], start.plans, start.objective, 20.0))
+    assert r.feasible and r.metrics["a"].num_batches == 3 and r.shapes == [64, 1024]
+    one_shape = 24 * float(inst.costs.per_request(1024, 50))
+    assert r.metrics["a"].cost < one_shape
+
+
+def test_pipeline_reports_the_polish(tmp_path):
+    prompts, gens = [40, 100, 130, 60, 250, 300, 20], [10, 12, 30, 10, 5, 40, 2]
+    for share, reported in ((0.5, True), (0.0, False)):
+        inst = instance(tmp_path, prompts, gens, {"sequential_time_ms": 2000}, polish_share=share)
+        r = solve(inst.cfg, ("cpsat",)).results["cpsat"]
+        assert ("polish_objective" in r.solver) == reported
+        assert r.objective <= r.solver.get("polish_objective", np.inf) * (1 + 1e-9)
