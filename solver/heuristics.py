@@ -157,7 +157,7 @@ def gen_runs(gens: np.ndarray, counts: np.ndarray, per_req: np.ndarray, per_batc
 class LagrangeBatcher:
     """Per bucket, per shape: gen-sorted DP batches for a weighted objective plus limit multipliers."""
 
-    SPLIT_MAX = 20000     # above this many requests at one shape, identical gens are not split
+    SPLIT_MAX = 4000      # above this many requests at one shape, identical gens are batched by value first
 
     def __init__(self, inst: Instance, bucket: str, shape_of: np.ndarray, weights: dict[str, float]):
         self.inst, self.cfg, self.costs = inst, inst.cfg, inst.costs
