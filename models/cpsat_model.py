@@ -21,8 +21,8 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from models.config import Config
-from models.cost import Costs, allowed_over
-from models.instance import BucketGroups
+from models.cost import Costs
+from models.instance import BucketGroups, limit_rhs
 
 log = logging.getLogger(__name__)
 SCALE = 1.0e12          # the scaled objective of the reference plan is about this
@@ -108,6 +108,8 @@ class ShapeModel:
         self.groups = groups
         self.weights = weights
         self.limits = {b.name: dict(b.limits.items()) for b in cfg.buckets}
+        # rhs[bucket][limit]: each limit as a sum over members or batches (see limit_rhs)
+        self.rhs = {name: limit_rhs(self.limits[name], g) for name, g in groups.items()}
         self.data = {name: class_data(cfg, self.costs, self.shapes, g, self.limits[name]) for name, g in groups.items()}
         self.scale = SCALE / max(scale_ref, 1e-9)
         self.model = cp_model.CpModel()
@@ -191,17 +193,13 @@ class ShapeModel:
             if limit is None:
                 continue
             slow = [self.m[c] for c in self.cells(name) if d.latency[c[1], c[2]] > limit]
-            self._limit(name, key, sum(slow), allowed_over(n, pct), n)
+            self._limit(name, key, sum(slow), int(self.rhs[name][key]), n)
 
     def _add_pad_limits(self, name):
-        lim, g, d = self.limits[name], self.groups[name], self.data[name]
-        budgets = [lim[k] for k in ("pad_tokens",) if k in lim]
-        if "pad_ratio" in lim:
-            budgets.append(lim["pad_ratio"] * g.real_tokens)
-        if budgets:
+        g, d = self.groups[name], self.data[name]
+        if "pad" in self.rhs[name]:
             total = sum(int(d.tokens[i, j]) * self.m[(name, i, j)] for (_, i, j) in self.cells(name))
-            rhs = g.real_tokens + math.floor(min(budgets) + 1e-9)
-            self._limit(name, "pad", total, rhs, int(d.tokens.max()) * g.size)
+            self._limit(name, "pad", total, int(self.rhs[name]["pad"]), int(d.tokens.max()) * g.size)
 
     def _add_cost_limit(self, name):
         budget = self.limits[name].get("cost")

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import math
+
 import numpy as np
 
 from models.config import Config
-from models.cost import Costs
+from models.cost import Costs, allowed_over
 from models.dp import shape_dp
 from models.errors import InputError
 from models.requests import Requests
@@ -110,3 +112,21 @@ def group_bucket(req: Requests, shapes: np.ndarray, max_caps: int, keep_caps=(),
     counts = np.zeros((len(shapes), len(caps)), dtype=np.int64)
     np.add.at(counts, (i, j), 1)
     return BucketGroups(req.bucket, caps, counts, req.real_tokens, exact)
+
+
+def limit_rhs(limits: dict, g: BucketGroups) -> dict[str, float]:
+    """Right-hand side of each limit as a sum over members or batches (pad: tokens incl. real ones)."""
+    rhs = {}
+    if "sequential_time_ms" in limits:
+        rhs["sequential_time_ms"] = float(limits["sequential_time_ms"])
+    budgets = [limits[k] for k in ("pad_tokens",) if k in limits]
+    if "pad_ratio" in limits:
+        budgets.append(limits["pad_ratio"] * g.real_tokens)
+    if budgets:
+        rhs["pad"] = g.real_tokens + math.floor(min(budgets) + 1e-9)
+    for key, pct in (("p95_latency_ms", 95), ("p99_latency_ms", 99)):
+        if key in limits:
+            rhs[key] = float(allowed_over(g.size, pct))
+    if "cost" in limits:
+        rhs["cost"] = float(limits["cost"])
+    return rhs

@@ -28,9 +28,9 @@ import scipy.sparse as sp
 from scipy.optimize import linprog
 
 from models.config import Config
-from models.cost import Costs, allowed_over
+from models.cost import Costs
 from models.cpsat_model import class_data
-from models.instance import BucketGroups, group_bucket
+from models.instance import BucketGroups, group_bucket, limit_rhs
 from models.plan import BucketPlan
 from models.requests import Requests
 
@@ -46,24 +46,6 @@ class PricingResult:
     rounds: int = field(metadata={"description": "LP solves"})
     columns: int = field(metadata={"description": "pairs written"})
     time_s: float = field(metadata={"description": "wall time"})
-
-
-def limit_rhs(limits: dict, g: BucketGroups) -> dict[str, float]:
-    """Right-hand side of each limit as a sum over members or batches (pad: tokens incl. real ones)."""
-    rhs = {}
-    if "sequential_time_ms" in limits:
-        rhs["sequential_time_ms"] = float(limits["sequential_time_ms"])
-    budgets = [limits[k] for k in ("pad_tokens",) if k in limits]
-    if "pad_ratio" in limits:
-        budgets.append(limits["pad_ratio"] * g.real_tokens)
-    if budgets:
-        rhs["pad"] = g.real_tokens + math.floor(min(budgets) + 1e-9)
-    for key, pct in (("p95_latency_ms", 95), ("p99_latency_ms", 99)):
-        if key in limits:
-            rhs[key] = float(allowed_over(g.size, pct))
-    if "cost" in limits:
-        rhs["cost"] = float(limits["cost"])
-    return rhs
 
 
 class BucketPairs:

@@ -1,7 +1,6 @@
 """Plans as data: which batch each request joins and each batch's seq_align (spec section 5)."""
 from __future__ import annotations
 
-import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path

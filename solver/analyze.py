@@ -40,7 +40,7 @@ def analyze(inst: Instance, png_dir: Path | None = None) -> list[str]:
                   *text_histogram(req.prompt),
                   f"gen_len:    {profile(req.gen)}  outliers(>Q3+3IQR) {outliers(req.gen)}",
                   *text_histogram(req.gen),
-                  f"bounds (each alone, before any search):",
+                  "bounds (each alone, before any search):",
                   f"  least pad tokens with {k} shapes (exact DP): {b.pad_tokens} (pad_ratio {b.pad_ratio:.4f}) "
                   f"with shapes {b.pad_shapes}",
                   f"  least number of batches: {b.num_batches}",

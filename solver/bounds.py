@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from models.config import Config
-from models.cost import Costs, percentile_nearest_rank
+from models.cost import percentile_nearest_rank
 from models.dp import shape_dp
 from models.instance import Instance
 from models.requests import Requests

@@ -9,7 +9,6 @@ import math
 
 import numpy as np
 
-from models.config import Config
 from models.dp import best_count, shape_dp_counts
 from models.instance import Instance, aligned as align, quad_sum_coeffs
 from models.plan import BucketPlan

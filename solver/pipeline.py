@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from models.config import Config
-from models.cost import Costs
 from models.cpsat_model import ShapeModel
 from models.errors import InputError
 from models.instance import Instance, group_bucket, prune_shapes

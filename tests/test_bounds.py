@@ -1,7 +1,5 @@
 import itertools
 
-import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from models.instance import Instance

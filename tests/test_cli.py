@@ -1,5 +1,4 @@
 import json
-import shutil
 import subprocess
 import sys
 
@@ -89,7 +88,7 @@ def test_verify_rejects_hand_edit(tmp_path, capsys):
 
 
 def test_script_runs_without_traceback(tmp_path):
-    cfg_path = tiny_config(tmp_path)
+    tiny_config(tmp_path)
     bad = tmp_path / "config.yaml"
     bad.write_text(bad.read_text() + "bogus: 1\n")
     p = subprocess.run([sys.executable, str(ROOT / "scripts" / "solve.py"), str(bad)], capture_output=True, text=True)

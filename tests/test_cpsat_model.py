@@ -2,8 +2,6 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from models.instance import Instance
-from models.requests import Requests
 from solver.heuristics import HEURISTICS
 from solver.pipeline import solve
 from solver.verify import verify_plans
