@@ -15,6 +15,7 @@ from models.config import Config
 from models.cost import Costs, allowed_over
 from models.dp import shape_dp
 from models.errors import InputError
+from models.plan import BucketPlan
 from models.requests import Requests
 
 
@@ -130,3 +131,18 @@ def limit_rhs(limits: dict, g: BucketGroups) -> dict[str, float]:
     if "cost" in limits:
         rhs["cost"] = float(limits["cost"])
     return rhs
+
+
+def batch_classes(req: Requests, plan: BucketPlan, shapes: np.ndarray, caps: np.ndarray):
+    """Each batch's class on the model's terms: (shape level, gen cap level). The shape level is the
+    smallest candidate holding the batch's members (never above its own seq_align), the cap level
+    the one of its longest gen."""
+    top = plan.batch_max(np.searchsorted(shapes, req.prompt, side="left"))
+    lowered = np.searchsorted(shapes, plan.seq_align, side="right") - 1
+    return np.maximum(lowered, top), np.searchsorted(caps, plan.batch_max(req.gen))
+
+
+def batch_caps(req: Requests, plan: BucketPlan) -> set[int]:
+    """The longest gen of every batch of a plan."""
+    gmax = plan.batch_max(req.gen)
+    return set(np.unique(gmax[gmax > 0]).tolist())

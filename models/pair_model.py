@@ -30,7 +30,7 @@ from scipy.optimize import linprog
 from models.config import Config
 from models.cost import Costs
 from models.cpsat_model import class_data
-from models.instance import BucketGroups, group_bucket, limit_rhs
+from models.instance import BucketGroups, batch_classes, group_bucket, limit_rhs
 from models.plan import BucketPlan
 from models.requests import Requests
 
@@ -99,15 +99,7 @@ class BucketPairs:
     def add_plan(self, plan: BucketPlan) -> None:
         """Write the pairs a plan uses, so the model holds that plan: each batch at the smallest
         candidate holding its members, its cap level the one of its longest gen."""
-        req = self.req
-        gi = np.searchsorted(self.shapes, req.prompt)
-        nb = plan.num_batches
-        top = np.zeros(nb, dtype=np.int64)
-        np.maximum.at(top, plan.batch_of, gi)
-        gmax = np.zeros(nb, dtype=np.int64)
-        np.maximum.at(gmax, plan.batch_of, req.gen)
-        bi = np.maximum(np.searchsorted(self.shapes, plan.seq_align, side="right") - 1, top)
-        bj = np.searchsorted(self.caps, gmax)
+        bi, bj = batch_classes(self.req, plan, self.shapes, self.caps)
         groups = self.request_groups()
         pairs = set(zip(groups.tolist(), bi[plan.batch_of].tolist(), bj[plan.batch_of].tolist()))
         new = [(g, self.class_index[(i, j)]) for g, i, j in pairs if (i, j) in self.class_index]
@@ -179,7 +171,8 @@ class PairModel:
             X, C, keys = len(b.pg), b.num_classes, list(b.rows)
             xo, yo, ko, so = off, off + X, off + X + C, off + X + 2 * C
             off = so + len(keys)
-            layout[name] = (xo, yo, ko, so, keys)
+            # where the bucket's variables start, its limits, and its first demand and inequality blocks
+            layout[name] = (xo, yo, ko, so, keys, len(eq.blocks), len(ub.blocks))
             penalty = [100.0 * self.reference / max(b.rhs[k], 1.0) for k in keys]
             obj += [b.obj_x[b.pc], np.zeros(C), b.obj_k, np.array(penalty)]
             lo += [np.zeros(X), np.zeros(C), np.zeros(C), np.zeros(len(keys))]
@@ -208,7 +201,7 @@ class PairModel:
         integrality = None
         if integral:
             integrality = np.ones(n)
-            for xo, yo, ko, so, keys in layout.values():
+            for xo, yo, ko, so, keys, _, _ in layout.values():
                 integrality[so:so + len(keys)] = 0
         res = linprog(c / self.reference, A_ub=ub.matrix(n), b_ub=ub.rhs(), A_eq=eq.matrix(n), b_eq=eq.rhs(),
                       bounds=np.stack([lo, hi], axis=1), method="highs", integrality=integrality,
@@ -231,7 +224,7 @@ class PairModel:
             value = self.value(res)
             added = 0
             for name, b in self.buckets.items():
-                new_g, new_c = b.price(*self._duals(res, rows, name), per_group)
+                new_g, new_c = b.price(*self._duals(res, rows, layout[name]), per_group)
                 b.add_pairs(new_g, new_c)
                 added += len(new_g)
             log.debug("pair model: round %d, LP %.6g, %d pairs priced in", rounds, value, added)
@@ -241,15 +234,15 @@ class PairModel:
         columns = sum(len(b.pg) for b in self.buckets.values())
         return PricingResult(value, converged, rounds, columns, time.monotonic() - start)
 
-    def _duals(self, res, rows, name):
-        """Demand duals per group, capacity duals per class and limit duals of one bucket (real units)."""
+    def _duals(self, res, rows, place):
+        """Demand duals per group, capacity duals per class and limit duals of one bucket (real units).
+        Its inequality blocks, from its first: link, capacity, y <= k, y <= z, then one per limit."""
         ub, eq = rows
-        names = list(self.buckets)
-        lo, hi = eq.blocks[names.index(name)]
-        first = 1 + sum(4 + len(self.buckets[n].rows) for n in names[:names.index(name)])
+        _, _, _, _, keys, eq_block, first = place
+        lo, hi = eq.blocks[eq_block]
         cap_lo, cap_hi = ub.blocks[first + 1]
         u_lim = {key: float(res.ineqlin.marginals[ub.blocks[first + 4 + t][0]]) * self.reference
-                 for t, key in enumerate(self.buckets[name].rows)}
+                 for t, key in enumerate(keys)}
         return (res.eqlin.marginals[lo:hi] * self.reference,
                 res.ineqlin.marginals[cap_lo:cap_hi] * self.reference, u_lim)
 

@@ -23,6 +23,12 @@ class BucketPlan:
     def num_batches(self) -> int:
         return len(self.seq_align)
 
+    def batch_max(self, values: np.ndarray) -> np.ndarray:
+        """Per batch, the largest of a per-request value (0 for an empty batch)."""
+        out = np.zeros(self.num_batches, dtype=np.asarray(values).dtype)
+        np.maximum.at(out, self.batch_of, values)
+        return out
+
     @classmethod
     def from_chunks(cls, n: int, order: np.ndarray, sizes: np.ndarray, shapes: np.ndarray) -> "BucketPlan":
         """Batches as consecutive runs of `order` with the given sizes and shapes."""

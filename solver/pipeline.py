@@ -12,11 +12,12 @@ import numpy as np
 from models.config import Config
 from models.cpsat_model import ShapeModel
 from models.errors import InputError
-from models.instance import Instance, group_bucket, prune_shapes
+from models.instance import Instance, batch_caps, group_bucket, prune_shapes
 from models.plan import BucketPlan
 from models.requests import Requests, load_requests
 from solver.bounds import objective_bound
 from solver.heuristics import HEURISTICS
+from solver.polish import polish
 from solver.postprocess import classes_to_plan, plan_to_classes
 from solver.verify import BucketMetrics, bucket_metrics, plan_objective, rank, verify_plans
 
@@ -152,8 +153,7 @@ def evaluate(inst: Instance, method: str, plans: dict[str, BucketPlan], elapsed:
     return MethodResult(method, plans, metrics, shapes, total, objective, elapsed, limits_of=limits)
 
 
-def rank_key(r: MethodResult):
-    return r.rank()
+rank_key = MethodResult.rank
 
 
 def run_heuristic(inst: Instance, method: str, stages: Stages | None = None) -> MethodResult:
@@ -229,8 +229,6 @@ def run_cpsat(inst: Instance, heuristics: list[MethodResult], time_limit: float,
 
 def run_polish(inst: Instance, best: MethodResult, time_left: float, stages: Stages, info: dict) -> list:
     """The pair-MIP polish of the best plan so far on its own shapes: [] or [its result]."""
-    from solver.polish import polish
-
     if time_left < 2.0:
         return []
     with stages.timed("polish"):
@@ -267,13 +265,6 @@ def build_model(inst: Instance, heuristics: list[MethodResult], best_h: MethodRe
     log.info("cpsat: model with %d variables, %d constraints, %d candidate shapes",
              len(model.model.proto.variables), len(model.model.proto.constraints), len(shapes))
     return shapes, groups, model
-
-
-def batch_caps(req: Requests, plan: BucketPlan) -> set[int]:
-    """The longest gen of every batch of a plan."""
-    gmax = np.zeros(plan.num_batches, dtype=np.int64)
-    np.maximum.at(gmax, plan.batch_of, req.gen)
-    return set(np.unique(gmax[gmax > 0]).tolist())
 
 
 def solve(cfg: Config, methods=("cpsat",), time_limit: float | None = None,

@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from models.config import Config
-from models.instance import Instance, group_bucket
+from models.instance import Instance, batch_caps, group_bucket
 from models.pair_model import BucketPairs, PairModel
 from models.plan import BucketPlan
 from solver.batching import chunk_run
@@ -26,8 +26,6 @@ PRICING_SHARE = 0.4      # of the polish time, for the column generation (the re
 def polish(inst: Instance, shapes: list[int], plans: dict[str, BucketPlan], reference: float,
            time_limit_s: float) -> dict[str, BucketPlan] | None:
     """A plan set on `shapes` from the pair MIP, or None when it found none in time."""
-    from solver.pipeline import batch_caps
-
     start = time.monotonic()
     cfg, S = inst.cfg, np.asarray(sorted(shapes), dtype=np.int64)
     classes = {}

@@ -6,7 +6,7 @@ import numpy as np
 from dataclasses import dataclass
 
 from models.config import Config
-from models.instance import BucketGroups
+from models.instance import BucketGroups, batch_classes
 from models.plan import BucketPlan
 from models.requests import Requests
 from solver.batching import chunk_run
@@ -64,16 +64,9 @@ class ClassCounts:
 def plan_to_classes(cfg: Config, req: Requests, shapes: np.ndarray, groups: BucketGroups, plan: BucketPlan):
     """A plan as model counts (v, m, k, shapes used): each batch at the smallest candidate that
     holds its members, its cap the smallest gen cap >= its longest gen."""
-    pi, gj = levels(req, shapes, groups.caps)
-    nb = plan.num_batches
-    top_level = np.zeros(nb, dtype=np.int64)
-    np.maximum.at(top_level, plan.batch_of, pi)
-    gmax = np.zeros(nb, dtype=np.int64)
-    np.maximum.at(gmax, plan.batch_of, req.gen)
-    lowered = np.searchsorted(shapes, plan.seq_align, side="right") - 1
-    b_shape = np.maximum(lowered, top_level)
-    b_cap = np.searchsorted(groups.caps, gmax)
-    size = np.bincount(plan.batch_of, minlength=nb)
+    _, gj = levels(req, shapes, groups.caps)
+    b_shape, b_cap = batch_classes(req, plan, shapes, groups.caps)
+    size = np.bincount(plan.batch_of, minlength=plan.num_batches)
     P, L = len(shapes), len(groups.caps)
     v = np.zeros((P, L), dtype=np.int64)
     np.add.at(v, (b_shape[plan.batch_of], gj), 1)
