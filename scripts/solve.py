@@ -1,10 +1,10 @@
 #!/usr/bin/env python
-"""Thin wrapper: see solver.cli.solve_main."""
+"""Thin wrapper: see solver.commands.cli.solve_main."""
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from solver.cli import solve_main  # noqa: E402
+from solver.commands.cli import solve_main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(solve_main())

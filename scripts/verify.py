@@ -1,10 +1,10 @@
 #!/usr/bin/env python
-"""Thin wrapper: see solver.cli.verify_main."""
+"""Thin wrapper: see solver.commands.cli.verify_main."""
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from solver.cli import verify_main  # noqa: E402
+from solver.commands.cli import verify_main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(verify_main())

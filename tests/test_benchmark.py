@@ -4,7 +4,7 @@ import pytest
 
 from models.config import load_config
 from models.requests import load_requests
-from solver.benchmark import main, size_config
+from solver.commands.benchmark import main, size_config
 from solver.verify import verify_dir
 from tests.helpers import ROOT, recompute
 

@@ -3,8 +3,8 @@ import pytest
 import yaml
 
 from models.config import load_config
-from solver.calibrate import calibrate, nonneg_lstsq
-from solver.cli import calibrate_main
+from solver.commands.calibrate import calibrate, nonneg_lstsq
+from solver.commands.cli import calibrate_main
 from tests.helpers import ROOT
 
 

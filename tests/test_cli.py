@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from solver.cli import solve_main, verify_main
+from solver.commands.cli import solve_main, verify_main
 from tests.helpers import ROOT, make_config, recompute, rows_from, load
 from models.requests import load_requests
 from solver.verify import verify_dir

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from models.plan import BucketPlan
-from solver.cli import export_main, solve_main
+from solver.commands.cli import export_main, solve_main
 from solver.verify import verify_plans
 from tests.helpers import load, make_config, rows_from
 

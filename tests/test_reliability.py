@@ -7,7 +7,7 @@ import time
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from solver.cli import solve_main, verify_main
+from solver.commands.cli import solve_main, verify_main
 from tests.helpers import ROOT, make_config, rows_from
 
 PROMPTS, GENS = [40, 100, 130, 60, 250, 200], [10, 12, 30, 10, 5, 30]

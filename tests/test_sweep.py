@@ -2,8 +2,8 @@ import pandas as pd
 import pytest
 
 from models.errors import InputError
-from solver.cli import sweep_main
-from solver.sweep import parse_sets, run_sweep
+from solver.commands.cli import sweep_main
+from solver.commands.sweep import parse_sets, run_sweep
 from tests.helpers import make_config, rows_from
 
 

@@ -92,7 +92,7 @@ def run_sweep(config: str, grid: dict[str, list], method: str = "cpsat", time_li
 
 def write_sweep(frame: pd.DataFrame, keys: list[str], out: Path) -> list[Path]:
     """sweep.csv and one PNG of the trade-offs per swept key (atomic writes)."""
-    from solver.plots import sweep_plots
+    from solver.commands.plots import sweep_plots
 
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / "sweep.csv.tmp"

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SUITE = {
     "default": "configs/default.yaml",
     "azure": "configs/azure_code.yaml",
@@ -55,7 +55,7 @@ def run_entry(config: str, methods: str, time_limit: float, out: str) -> dict:
     """In the child process: solve, write the verified plans, return the figures."""
     from models.config import load_config
     from solver.pipeline import METHODS, solve
-    from solver.report import build_report, write_outputs
+    from solver.commands.report import build_report, write_outputs
 
     start = time.monotonic()
     cfg = load_config(config)
@@ -78,7 +78,7 @@ def run_entry(config: str, methods: str, time_limit: float, out: str) -> dict:
 
 
 def child(config: Path, methods: str, time_limit: float, out: Path) -> dict:
-    cmd = [sys.executable, "-m", "solver.benchmark", "--child", str(config), "--methods", methods,
+    cmd = [sys.executable, "-m", "solver.commands.benchmark", "--child", str(config), "--methods", methods,
            "--time-limit", str(time_limit), "--out", str(out)]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if done.returncode != 0:
@@ -131,7 +131,7 @@ def write_csv(rows: list[dict], path: Path) -> None:
 
 
 def size_plot(rows: list[dict], path: Path) -> None:
-    from solver.plots import size_sweep
+    from solver.commands.plots import size_sweep
 
     pts = [r for r in rows if r["run"] == "size" and r["method"] == "cpsat"]
     if pts:

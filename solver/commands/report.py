@@ -7,9 +7,12 @@ import shutil
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from models.plan import plan_lines
-from solver.pipeline import MethodResult, SolveResult
+
+if TYPE_CHECKING:                       # no run-time import: the search never depends on its commands
+    from solver.results import MethodResult, SolveResult
 
 METRIC_KEYS = ("cost", "pad_ratio", "pad_tokens", "p95_latency_ms", "p99_latency_ms", "max_latency_ms",
                "sequential_time_ms", "num_batches")

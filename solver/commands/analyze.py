@@ -7,7 +7,7 @@ import numpy as np
 
 from models.instance import Instance
 from solver.bounds import all_bounds, total_cost_bound
-from solver.plots import histograms
+from solver.commands.plots import histograms
 
 PCTS = (50, 90, 95, 99, 100)
 

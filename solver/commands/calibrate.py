@@ -122,7 +122,7 @@ def yaml_block(fits: list[Fit]) -> str:
 
 
 def residual_plot(fits: list[Fit], path: Path) -> Path:
-    from solver.plots import plt, save
+    from solver.commands.plots import plt, save
 
     quads = [f for f in fits if len(f.coeffs) == 3]
     fig, axes = plt.subplots(2, max(len(quads), 1), figsize=(4 * max(len(quads), 1), 6), squeeze=False)

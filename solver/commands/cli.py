@@ -10,7 +10,7 @@ from models.config import load_config
 from models.errors import InputError
 from solver.explain import explain_infeasible
 from solver.pipeline import METHODS, solve
-from solver.report import build_report, summary_table, write_outputs
+from solver.commands.report import build_report, summary_table, write_outputs
 
 
 def setup_logging(quiet: bool = False) -> None:
@@ -33,7 +33,7 @@ def solve_main(argv=None) -> int:
         if args.time_limit is not None and args.time_limit <= 0:
             raise InputError(f"--time-limit={args.time_limit!r} must be > 0")
         if args.export:
-            from solver.export import parse_formats
+            from solver.commands.export import parse_formats
             parse_formats(args.export)
         cfg = load_config(args.config)
         methods = METHODS if args.method == "all" else (args.method,)
@@ -68,7 +68,7 @@ def solve_main(argv=None) -> int:
 
 
 def export_lead(res, lead, formats: str, out: Path) -> list:
-    from solver.export import export, parse_formats
+    from solver.commands.export import export, parse_formats
 
     done = []
     for fmt in parse_formats(formats):
@@ -79,7 +79,7 @@ def export_lead(res, lead, formats: str, out: Path) -> list:
 
 def write_pictures(res, method: str, out: Path) -> None:
     """Next to the report: the lead method's layout per bucket, and the method comparison."""
-    from solver.plots import bucket_layout, method_comparison
+    from solver.commands.plots import bucket_layout, method_comparison
 
     r = res.results[method]
     for name, plan in r.plans.items():
@@ -89,7 +89,7 @@ def write_pictures(res, method: str, out: Path) -> None:
 
 
 def sweep_main(argv=None) -> int:
-    from solver.sweep import parse_sets, run_sweep, write_sweep
+    from solver.commands.sweep import parse_sets, run_sweep, write_sweep
 
     p = argparse.ArgumentParser(prog="sweep.py", description="Re-solve over a grid of config values.")
     p.add_argument("config")
@@ -124,7 +124,7 @@ def pd_options():
 
 
 def export_main(argv=None) -> int:
-    from solver.export import FORMATS, export, parse_formats
+    from solver.commands.export import FORMATS, export, parse_formats
     from solver.pipeline import load_all
     from solver.verify import verify_dir
 
@@ -170,7 +170,7 @@ def config_from_report(plan_dir: Path) -> str:
 
 
 def calibrate_main(argv=None) -> int:
-    from solver.calibrate import calibrate, residual_plot, yaml_block
+    from solver.commands.calibrate import calibrate, residual_plot, yaml_block
 
     p = argparse.ArgumentParser(prog="calibrate.py", description="Fit the cost model to measured timings.")
     p.add_argument("profile", help="CSV with columns phase, seq_len and ms and/or cost")
@@ -231,7 +231,7 @@ def verify_main(argv=None) -> int:
 
 def analyze_main(argv=None) -> int:
     from models.instance import Instance
-    from solver.analyze import analyze
+    from solver.commands.analyze import analyze
     from solver.pipeline import load_all
 
     p = argparse.ArgumentParser(prog="analyze.py", description="Profile traces and print pre-search bounds.")
