@@ -119,6 +119,16 @@ class CostModel(Strict):
     decode_step_ms: Quadratic = Field((15.0, 0.002, 0), description="batch decode step latency, x = context")
     batch_overhead_cost: float = Field(1.0e7, ge=0, description="cost added once per batch")
     batch_overhead_ms: float = Field(2.0, ge=0, description="latency added once per batch")
+    # --- semantics (spec section 4b); the defaults are section 4 exactly ---
+    prefill_length: Literal["shape", "request"] = Field(
+        "shape", description="prefill of a member runs at seq_align (shape) or its own aligned prompt (request)")
+    decode_context: Literal["shape", "batch"] = Field(
+        "shape", description="decode starts from seq_align (shape) or the batch's longest aligned prompt (batch)")
+    prompt_pad: Literal["shape", "request"] = Field(
+        "shape", description="a member's prompt padding is seq_align - p (shape) or a(p) - p (request)")
+    first_use_ms: float = Field(0.0, ge=0, description="warm-up latency of each shape's first use in a bucket's plan")
+    compile_in_bucket_cost: bool = Field(
+        False, description="a bucket's cost also carries the compile cost of every shape its plan uses")
 
     @model_validator(mode="after")
     def _check_quadratics(self):
@@ -129,7 +139,16 @@ class CostModel(Strict):
             if any(c < 0 for c in coeffs):
                 raise ValueError(f"{name}={list(coeffs)!r} must have coefficients >= 0 (a cost may not be negative"
                                  " or fall as x grows)")
+        for name in ("batch_overhead_cost", "batch_overhead_ms", "first_use_ms"):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"{name}={getattr(self, name)!r} must be a finite number")
         return self
+
+    @property
+    def section4(self) -> bool:
+        """True when every semantics key has its default (spec section 4 exactly)."""
+        return (self.prefill_length, self.decode_context, self.prompt_pad, self.first_use_ms,
+                self.compile_in_bucket_cost) == ("shape", "shape", "shape", 0.0, False)
 
 
 class Objective(Strict):

@@ -30,6 +30,13 @@ class Requests:
     gen: np.ndarray = field(metadata={"description": "generated lengths (int64 >= 1)"})
     lines: np.ndarray = field(metadata={"description": "1-based line of each request in its file"})
     path: Optional[Path] = field(default=None, metadata={"description": "source file"})
+    fit: Optional[np.ndarray] = field(default=None, metadata={
+        "description": "least seq_align each request fits (default: its prompt_len; an engine's fit rule may "
+                       "raise it, e.g. +1 for a BOS token); set in __post_init__"})
+
+    def __post_init__(self):
+        if self.fit is None:
+            self.fit = self.prompt
 
     def __len__(self) -> int:
         return len(self.prompt)
