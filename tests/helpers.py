@@ -42,45 +42,70 @@ def load(path: Path) -> Config:
     return load_config(path)
 
 
-# --- independent recomputation of spec section 4, plain Python ----------------------------------
+# --- independent recomputation of spec sections 4 and 4b, plain Python ------------------------------
 
 def q(c, x):
     return c[0] + c[1] * x + c[2] * x * x
 
 
 def Q(c, s, G):
+    """Decode sum step by step (no closed form)."""
     return sum(q(c, s + t) for t in range(G))
 
 
 def batch_numbers(cm, s, members):
-    """(cost, latency) of one batch; members are (prompt, gen) pairs."""
+    """(cost, latency) of one batch under spec section 4; members are (prompt, gen) pairs."""
     G = max(g for _, g in members)
     cost = len(members) * (q(cm.prefill_cost, s) + Q(cm.decode_step_cost, s, G)) + cm.batch_overhead_cost
     lat = q(cm.prefill_ms, s) + Q(cm.decode_step_ms, s, G) + cm.batch_overhead_ms
     return cost, lat
 
 
-def recompute(cfg: Config, req: Requests, batch_of, seq_align) -> dict:
-    """Metrics of one bucket plan from first principles."""
+def spec_batch(cfg: Config, s: int, members):
+    """Spec 4b, per member: (batch cost, [member latency], [member pad tokens]) of one batch of shape s;
+    members are (prompt, gen) pairs; first-use latency not included."""
+    cm, gran = cfg.cost_model, cfg.shapes.granularity
+    a = [-(-p // gran) * gran for p, _ in members]
+    G = max(g for _, g in members)
+    C = s if cm.decode_context == "shape" else max(a)
+    cost, lats, pads = cm.batch_overhead_cost, [], []
+    for (p, g), ap in zip(members, a):
+        L = s if cm.prefill_length == "shape" else ap
+        cost += q(cm.prefill_cost, L) + Q(cm.decode_step_cost, C, G)
+        lats.append(q(cm.prefill_ms, L) + Q(cm.decode_step_ms, C, G) + cm.batch_overhead_ms)
+        pads.append(((s if cm.prompt_pad == "shape" else ap) - p) + (G - g))
+    return cost, lats, pads
+
+
+def recompute(cfg: Config, req: Requests, batch_of, seq_align, batch_ids=None, order=None) -> dict:
+    """Metrics of one bucket plan from the spec text (sections 4 and 4b). `order`: the plan file's line
+    order (request indices; default arrival order); `batch_ids`: per batch (default bucket-0000, ...)."""
+    order = list(range(len(req))) if order is None else [int(r) for r in order]
+    ids = batch_ids if batch_ids is not None else [f"{req.bucket}-{b:04d}" for b in range(len(seq_align))]
     batches = {}
-    for r in range(len(req)):
+    for r in order:                                   # members in plan-file order
         batches.setdefault(int(batch_of[r]), []).append(r)
-    cost = seq = pad = 0
-    lats = []
+    lat_of, batch_cost, pad, seq = {}, 0.0, 0, 0.0
     for b, members in batches.items():
         s = int(seq_align[b])
-        pairs = [(int(req.prompt[r]), int(req.gen[r])) for r in members]
-        c, lat = batch_numbers(cfg.cost_model, s, pairs)
-        G = max(g for _, g in pairs)
-        cost += c
-        seq += lat
-        pad += sum(s - p + G - g for p, g in pairs)
-        lats += [lat] * len(members)
-    lats.sort()
+        cost, lats, pads = spec_batch(cfg, s, [(int(req.prompt[r]), int(req.gen[r])) for r in members])
+        batch_cost += cost
+        pad += sum(pads)
+        lat_of.update(zip(members, lats))
+    shapes = sorted({int(seq_align[b]) for b in batches})
+    for s in shapes:                                  # first use: first line of the first batch (by id)
+        first = min((b for b in batches if int(seq_align[b]) == s), key=lambda b: str(ids[b]))
+        lat_of[batches[first][0]] += cfg.cost_model.first_use_ms
+    seq = sum(max(lat_of[r] for r in members) for members in batches.values())
+    compile_own = sum(q(cfg.cost_model.compile_cost, s) for s in shapes)
+    cost = batch_cost + (compile_own if cfg.cost_model.compile_in_bucket_cost else 0.0)
+    lats = sorted(lat_of.values())
     rank = lambda pct: lats[max(math.ceil(pct / 100 * len(lats)) - 1, 0)]
-    return {"cost": cost, "sequential_time_ms": seq, "pad_tokens": pad, "p95_latency_ms": rank(95),
-            "p99_latency_ms": rank(99), "num_batches": len(batches),
-            "shapes": sorted({int(seq_align[b]) for b in batches})}
+    real = int(sum(req.prompt) + sum(req.gen))
+    return {"cost": cost, "batch_cost": batch_cost, "sequential_time_ms": seq, "pad_tokens": pad,
+            "pad_ratio": pad / real, "p95_latency_ms": rank(95), "p99_latency_ms": rank(99),
+            "max_latency_ms": lats[-1], "num_batches": len(batches), "shapes": shapes,
+            "single_request_batches": sum(len(m) == 1 for m in batches.values())}
 
 
 def set_partitions(items):
