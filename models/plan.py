@@ -18,6 +18,8 @@ class BucketPlan:
     batch_of: np.ndarray = field(metadata={"description": "batch index per request (arrival order)"})
     seq_align: np.ndarray = field(metadata={"description": "seq_align per batch"})
     batch_ids: np.ndarray | None = field(default=None, metadata={"description": "batch id strings, if read"})
+    order: np.ndarray | None = field(default=None, metadata={
+        "description": "plan-file line order (request indices); None = arrival order"})
 
     @property
     def num_batches(self) -> int:
@@ -49,9 +51,10 @@ def batch_id_strings(bucket: str, count: int) -> np.ndarray:
 def plan_lines(bucket: str, ids: np.ndarray, plan: BucketPlan, heads: int, hidden: int) -> str:
     """The plan file text, one JSON object a line, built vectorized."""
     bids = plan.batch_ids if plan.batch_ids is not None else batch_id_strings(bucket, plan.num_batches)
-    id_json = pd.Series(ids).map(json.dumps)
-    bid_json = pd.Series(bids).map(json.dumps).to_numpy()[plan.batch_of]
-    seq = pd.Series(plan.seq_align[plan.batch_of]).astype(str)
+    order = plan.order if plan.order is not None else np.arange(len(ids))
+    id_json = pd.Series(np.asarray(ids, dtype=object)[order]).map(json.dumps).reset_index(drop=True)
+    bid_json = pd.Series(bids).map(json.dumps).to_numpy()[plan.batch_of[order]]
+    seq = pd.Series(plan.seq_align[plan.batch_of[order]]).astype(str)
     tail = f', "heads_align": {heads}, "hidden_align": {hidden}}}}}'
     text = '{"request_id": ' + id_json + ', "batch_id": ' + pd.Series(bid_json) + \
         ', "shape": {"seq_align": ' + seq + tail

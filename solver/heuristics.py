@@ -229,7 +229,7 @@ def lagrange_search(batcher: LagrangeBatcher, objective, rounds: int = 24) -> Bu
     lam_ok, lam_bad = None, None
     for r in range(rounds):
         plan = batcher.plan(lam)
-        m = bucket_metrics(batcher.req, plan, batcher.costs)
+        m = bucket_metrics(batcher.cfg, batcher.req, plan)
         broken = limit_excess(m, limits)
         key = (sum(broken.values()), objective(m))
         if best_key is None or (key[0] == 0 and (best_key[0] > 0 or key[1] < best_key[1])) or \
@@ -280,9 +280,9 @@ def dp_plans(inst: Instance, shapes: list[int], weights: dict[str, float]):
     for name, req in inst.requests.items():
         batcher = LagrangeBatcher(inst, name, round_up(req.prompt, shapes), weights)
         plans[name] = lagrange_search(batcher, lambda m: bucket_objective(m, weights))
-        metrics[name] = bucket_metrics(req, plans[name], inst.costs)
+        metrics[name] = bucket_metrics(inst.cfg, req, plans[name])
         limits[name] = batcher.limits
-    _, _, objective = plan_objective(metrics, inst.costs, weights)
+    _, _, objective = plan_objective(inst.cfg, metrics, weights)
     return rank(metrics, limits, objective), plans
 
 

@@ -9,15 +9,18 @@ import numpy as np
 
 from models.config import Config
 from models.cpsat_model import ShapeModel
+from models.engine import apply_engine
 from models.errors import InputError
 from models.instance import Instance, batch_caps, group_bucket, prune_shapes
 from models.plan import BucketPlan
 from models.requests import Requests, load_requests
 from solver.bounds import objective_bound
+from solver.current import current_plans
 from solver.heuristics import HEURISTICS
 from solver.polish import polish
 from solver.postprocess import classes_to_plan, plan_to_classes
 from solver.results import MethodResult, SolveResult, Stages
+from solver import stop
 from solver.verify import bucket_metrics, plan_objective, verify_plans
 
 log = logging.getLogger(__name__)
@@ -26,6 +29,7 @@ METHODS = ("cpsat", "dp", "greedy", "baseline", "baseline_step128", "baseline_ex
 
 def load_all(cfg: Config) -> dict[str, Requests]:
     reqs = {b.name: load_requests(b.requests, b.name, b.columns) for b in cfg.buckets}
+    apply_engine(cfg, reqs)
     check_fits(cfg, reqs)
     return reqs
 
@@ -55,8 +59,8 @@ def evaluate(inst: Instance, method: str, plans: dict[str, BucketPlan], elapsed:
         if errors:
             raise RuntimeError(f"{method} produced an invalid plan: {errors[0]}")
         limits = {b.name: dict(b.limits.items()) for b in inst.cfg.buckets}
-        metrics = {n: bucket_metrics(inst.requests[n], plans[n], inst.costs, limits[n]) for n in plans}
-    shapes, total, objective = plan_objective(metrics, inst.costs, inst.cfg.objective.weight_map())
+        metrics = {n: bucket_metrics(inst.cfg, inst.requests[n], plans[n], limits[n]) for n in plans}
+    shapes, total, objective = plan_objective(inst.cfg, metrics, inst.cfg.objective.weight_map())
     return MethodResult(method, plans, metrics, shapes, total, objective, elapsed, limits_of=limits)
 
 
@@ -101,13 +105,17 @@ def run_cpsat(inst: Instance, heuristics: list[MethodResult], time_limit: float,
     with stages.timed("cpsat"):
         shapes, groups, model = build_model(inst, heuristics, best_h)
         build_s = time.monotonic() - start
-        sol = model.solve(max(search_s - build_s, 1.0), cfg.solver.workers, cfg.solver.seed,
-                          cfg.solver.log_progress)
+        with stop.searching():
+            sol = model.solve(stop.time_left(max(search_s - build_s, 1.0)), cfg.solver.workers, cfg.solver.seed,
+                              cfg.solver.log_progress)
+    if sol.interrupted or (sol.status == "UNKNOWN" and sol.solve_time_s < 0.95 * max(search_s - build_s, 1.0)):
+        stop.request()                  # CP-SAT stopped early on a Ctrl-C it caught itself
+    interrupted = stop.requested()
     bound = max(sol.bound, presearch_bound)
     info = {"status": sol.status, "best_bound": bound, "cpsat_bound": sol.bound,
             "presearch_bound": presearch_bound if math.isfinite(presearch_bound) else None,
             "model_objective": sol.objective, "solve_time_s": sol.solve_time_s,
-            "bound_scope": bound_scope(inst, shapes, groups), "interrupted": sol.interrupted,
+            "bound_scope": bound_scope(inst, shapes, groups), "interrupted": interrupted,
             "num_variables": len(model.model.proto.variables), "candidate_shapes": len(shapes)}
     candidates = []
     if sol.objective is not None:
@@ -121,7 +129,7 @@ def run_cpsat(inst: Instance, heuristics: list[MethodResult], time_limit: float,
                             limits_of=h.limits_of)
         copy.solver["plan_source"] = f"heuristic {h.method} (kept: better than the CP-SAT solution)"
         candidates.append(copy)
-    if candidates and cfg.solver.polish_share > 0 and not sol.interrupted:
+    if candidates and cfg.solver.polish_share > 0 and not interrupted:
         candidates += run_polish(inst, min(candidates, key=rank_key), time_limit - (time.monotonic() - start),
                                  stages, info)
     result = min(candidates, key=rank_key)
@@ -140,7 +148,11 @@ def run_polish(inst: Instance, best: MethodResult, time_left: float, stages: Sta
         return []
     with stages.timed("polish"):
         try:
-            plans = polish(inst, best.shapes, best.plans, best.objective, time_left)
+            with stop.interruptible():
+                plans = polish(inst, best.shapes, best.plans, best.objective, time_left)
+        except KeyboardInterrupt:           # stopped: keep the best plan so far
+            log.info("polish: stopped early")
+            plans = None
         except AssertionError as err:        # a MIP answer that does not place every request: keep the rest
             log.warning("polish: skipped (%s)", err)
             plans = None
@@ -175,24 +187,34 @@ def build_model(inst: Instance, heuristics: list[MethodResult], best_h: MethodRe
 
 
 def solve(cfg: Config, methods=("cpsat",), time_limit: float | None = None,
-          requests: dict[str, Requests] | None = None) -> SolveResult:
-    """Run the chosen methods; cpsat runs every heuristic first for its warm start."""
+          requests: dict[str, Requests] | None = None,
+          baselines: dict[str, list[int]] | None = None) -> SolveResult:
+    """Run the chosen methods; cpsat runs every heuristic first for its warm start. `baselines`
+    ({"current:<format>": shapes}, from --baseline-from) are evaluated beside them with rule batching."""
     stages = Stages()
     with stages.timed("load"):
         requests = requests if requests is not None else load_all(cfg)
+        apply_engine(cfg, requests)
         inst = Instance(cfg, requests)
     wanted = set(methods)
     heur_names = [m for m in METHODS[1:] if m in wanted or "cpsat" in wanted]
     results = {}
     for name in heur_names:
         results[name] = run_heuristic(inst, name, stages)
+        stop.plan_ready()
         log.info("%s: objective %.6g, limits %s", name, results[name].objective,
                  "met" if results[name].feasible else "broken")
+        if stop.requested():
+            break
     if "cpsat" in wanted:
         with stages.timed("bounds"):
             floor = objective_bound(inst)
         log.info("bounds: objective >= %.6g before any search", floor)
         results["cpsat"] = run_cpsat(inst, list(results.values()), time_limit or cfg.solver.time_limit_s,
                                      stages, floor)
-    results = {m: results[m] for m in METHODS if m in wanted}
+    results = {m: results[m] for m in METHODS if m in wanted and m in results}
+    for name, shapes in (baselines or {}).items():
+        cur, plans, elapsed, info = current_plans(inst, name, shapes)
+        results[name] = evaluate(cur, name, plans, elapsed, stages)
+        results[name].solver = info
     return SolveResult(cfg, requests, results, dict(stages))

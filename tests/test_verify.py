@@ -5,7 +5,7 @@ from models.instance import Instance
 from models.plan import BucketPlan
 from models.requests import Requests
 from solver.verify import bucket_metrics, limit_excess, plan_objective, rank, verify_dir, verify_plans
-from tests.helpers import load, make_config, recompute, rows_from
+from tests.helpers import load, make_config, q, recompute, rows_from
 
 
 @pytest.fixture
@@ -21,7 +21,7 @@ def small(tmp_path):
 def test_metrics_match_independent_recomputation(small):
     cfg, req = small
     plan = BucketPlan(np.array([0, 0, 1, 0, 1]), np.array([128, 256]))
-    m = bucket_metrics(req, plan, Instance(cfg, {"a": req}).costs)
+    m = bucket_metrics(cfg, req, plan)
     ref = recompute(cfg, req, plan.batch_of, plan.seq_align)
     assert m.cost == pytest.approx(ref["cost"], rel=1e-12)
     assert m.sequential_time_ms == pytest.approx(ref["sequential_time_ms"], rel=1e-12)
@@ -85,19 +85,18 @@ def test_good_file_is_valid(small, tmp_path):
 def test_limit_excess_rank_and_objective(small):
     """Limit excess is relative and only for broken limits; ranking puts plans meeting limits first."""
     cfg, req = small
-    costs = Instance(cfg, {"a": req}).costs
     tight = BucketPlan(np.array([0, 1, 2, 3, 4]), np.array([64, 128, 192, 64, 256]))
     loose = BucketPlan(np.array([0, 0, 1, 0, 1]), np.array([128, 256]))
-    mt, ml = bucket_metrics(req, tight, costs), bucket_metrics(req, loose, costs)
+    mt, ml = bucket_metrics(cfg, req, tight), bucket_metrics(cfg, req, loose)
     limit = (mt.sequential_time_ms + ml.sequential_time_ms) / 2          # loose meets it, tight does not
     limits = {"a": {"sequential_time_ms": limit, "pad_ratio": 10.0}}
     assert limit_excess(ml, limits["a"]) == {}
     assert limit_excess(mt, limits["a"]) == {"sequential_time_ms": pytest.approx((mt.sequential_time_ms - limit) / limit)}
-    shapes, total, objective = plan_objective({"a": mt}, costs, {"cost": 1.0})
+    shapes, total, objective = plan_objective(cfg, {"a": mt}, {"cost": 1.0})
     ref = recompute(cfg, req, tight.batch_of, tight.seq_align)
     assert shapes == [64, 128, 192, 256]
-    assert total == pytest.approx(ref["cost"] + float(costs.compile(np.array(shapes, float)).sum()), rel=1e-12)
+    assert total == pytest.approx(ref["cost"] + sum(q(cfg.cost_model.compile_cost, x) for x in shapes), rel=1e-12)
     assert objective == total
     key_t = rank({"a": mt}, limits, objective)
-    key_l = rank({"a": ml}, limits, plan_objective({"a": ml}, costs, {"cost": 1.0})[2])
+    key_l = rank({"a": ml}, limits, plan_objective(cfg, {"a": ml}, {"cost": 1.0})[2])
     assert key_l < key_t and key_t[0] and not key_l[0]

@@ -1,0 +1,91 @@
+"""The verifier's metrics under every combination of the five cost-semantics keys (spec 4b) equal a
+term-by-term recomputation from the spec text (tests.helpers.recompute), on random plans."""
+import itertools
+
+import numpy as np
+import pytest
+
+from models.config import Config
+from models.plan import BucketPlan
+from models.requests import Requests
+from solver import verify
+from solver.verify import bucket_metrics, first_use_members
+from tests.helpers import q, recompute
+
+KEYS = list(itertools.product(["shape", "request"], ["shape", "batch"], ["shape", "request"], [0.0, 1500.0],
+                              [False, True]))
+TASK = {"prefill_cost": [0, 4096, 2], "decode_step_cost": [0, 2048, 1], "compile_cost": [0, 8192, 500],
+        "prefill_ms": [0, 6.144, 0.002], "decode_step_ms": [0, 2.4576, 0.0012], "batch_overhead_cost": 1.0e7,
+        "batch_overhead_ms": 8}
+
+
+def config(prefill, decode, pad, first_use, in_bucket) -> Config:
+    cm = dict(TASK, prefill_length=prefill, decode_context=decode, prompt_pad=pad, first_use_ms=first_use,
+              compile_in_bucket_cost=in_bucket)
+    return Config.model_validate({"buckets": [{"name": "a", "requests": "x.jsonl"}], "cost_model": cm,
+                                  "shapes": {"granularity": 64}})
+
+
+def random_plan(rng, n=40):
+    prompt = rng.integers(1, 700, n)
+    gen = rng.integers(1, 90, n)
+    req = Requests.from_arrays("a", prompt, gen)
+    nb = int(rng.integers(1, 9))
+    batch_of = rng.integers(0, nb, n)
+    batch_of[:nb] = np.arange(nb)                        # every batch non-empty
+    need = np.zeros(nb, dtype=np.int64)
+    np.maximum.at(need, batch_of, prompt)
+    seq = (-(-need // 64) + rng.integers(0, 3, nb)) * 64  # some batches padded above their longest prompt
+    ids = np.array([f"b{rng.integers(0, 10**6)}-{b}" for b in range(nb)], dtype=object)
+    order = rng.permutation(n)
+    return req, BucketPlan(batch_of, seq, ids, order)
+
+
+@pytest.mark.parametrize("keys", KEYS, ids=["-".join(map(str, k)) for k in KEYS])
+def test_metrics_equal_spec_recomputation(keys):
+    cfg = config(*keys)
+    rng = np.random.default_rng(KEYS.index(keys))
+    for _ in range(3):
+        req, plan = random_plan(rng)
+        m = bucket_metrics(cfg, req, plan)
+        ref = recompute(cfg, req, plan.batch_of, plan.seq_align, list(plan.batch_ids), plan.order)
+        for key in ("cost", "batch_cost", "sequential_time_ms", "p95_latency_ms", "p99_latency_ms",
+                    "max_latency_ms", "pad_ratio"):
+            assert getattr(m, key) == pytest.approx(ref[key], rel=1e-11), key
+        assert m.pad_tokens == ref["pad_tokens"]
+        assert m.num_batches == ref["num_batches"] and m.shapes == ref["shapes"]
+        assert m.single_request_batches == ref["single_request_batches"]
+
+
+def test_first_use_is_one_request_per_shape():
+    """Exactly one request per distinct shape carries the warm-up: the first line of the shape's batch whose
+    id sorts first as a string ('b-10' < 'b-9')."""
+    req = Requests.from_arrays("a", [10, 10, 10, 100, 100], [5, 5, 5, 5, 5])
+    plan = BucketPlan(np.array([0, 1, 1, 2, 2]), np.array([64, 64, 128]),
+                      np.array(["b-9", "b-10", "b-11"], dtype=object), np.array([4, 3, 0, 2, 1]))
+    assert sorted(first_use_members(req, plan).tolist()) == [2, 4]   # batch b-10's first line is request 2
+    cfg = config("request", "batch", "request", 1500.0, False)
+    base = config("request", "batch", "request", 0.0, False)
+    lat = bucket_metrics(cfg, req, plan).max_latency_ms - bucket_metrics(base, req, plan).max_latency_ms
+    assert lat == pytest.approx(1500.0)
+
+
+def test_step_sums_agree_with_the_closed_form(monkeypatch):
+    """The verifier adds decode steps one by one; its closed-form fallback (for astronomically long gens)
+    gives the same numbers."""
+    rng = np.random.default_rng(3)
+    cfg = config("request", "batch", "request", 0.0, True)
+    req, plan = random_plan(rng, 60)
+    stepwise = bucket_metrics(cfg, req, plan)
+    monkeypatch.setattr(verify, "STEP_SUM_MAX", 0)
+    closed = bucket_metrics(cfg, req, plan)
+    assert closed.cost == pytest.approx(stepwise.cost, rel=1e-12)
+    assert closed.sequential_time_ms == pytest.approx(stepwise.sequential_time_ms, rel=1e-12)
+
+
+def test_compile_in_bucket_cost_counts_own_shapes_only():
+    req = Requests.from_arrays("a", [10, 100], [3, 3])
+    plan = BucketPlan(np.array([0, 1]), np.array([64, 128]))
+    on, off = config("shape", "shape", "shape", 0.0, True), config("shape", "shape", "shape", 0.0, False)
+    extra = bucket_metrics(on, req, plan).cost - bucket_metrics(off, req, plan).cost
+    assert extra == pytest.approx(q(TASK["compile_cost"], 64) + q(TASK["compile_cost"], 128))
