@@ -14,6 +14,7 @@ from typing import Literal, Optional, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from models.engine import Engine
 from models.errors import InputError
 
 METRICS = ("cost", "sequential_time_ms", "pad_tokens")
@@ -204,6 +205,8 @@ class Config(Strict):
     objective: Objective = Field(default_factory=Objective)
     solver: Solver = Field(default_factory=Solver)
     output: Output = Field(default_factory=Output)
+    engine: Engine = Field(default_factory=Engine, description="serving engine profile whose fit rule the plan "
+                                                              "follows (models/engine.py): a name or a mapping")
     source: Optional[Path] = Field(None, description="the YAML file this was read from (set by load_config)")
 
     @model_validator(mode="after")

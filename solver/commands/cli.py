@@ -10,6 +10,7 @@ from models.config import load_config
 from models.errors import InputError
 from solver.explain import explain_infeasible
 from solver.pipeline import METHODS, solve
+from solver.commands.engine_import import load_baselines
 from solver.commands.report import build_report, summary_table, write_outputs
 
 
@@ -26,7 +27,11 @@ def solve_main(argv=None) -> int:
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG pictures")
     p.add_argument("--export", default=None, metavar="FORMATS",
-                   help="also export the lead plan (vllm-gaudi, neuron, jetstream, json, csv, a comma list or all)")
+                   help="also export the lead plan (vllm-gaudi, neuron, jetstream, maxtext-offline, json, csv, "
+                        "a comma list or all)")
+    p.add_argument("--baseline-from", action="append", default=[], metavar="FORMAT:FILE",
+                   help="evaluate the buckets an engine runs today as method current:FORMAT (vllm-gaudi, neuron, "
+                        "jetstream, maxtext-offline, json; repeatable)")
     args = p.parse_args(argv)
     setup_logging(args.quiet)
     try:
@@ -37,7 +42,8 @@ def solve_main(argv=None) -> int:
             parse_formats(args.export)
         cfg = load_config(args.config)
         methods = METHODS if args.method == "all" else (args.method,)
-        res = solve(cfg, methods, args.time_limit)
+        baselines = load_baselines(args.baseline_from, cfg) if args.baseline_from else None
+        res = solve(cfg, methods, args.time_limit, baselines=baselines)
         out = Path(args.out).resolve() if args.out else cfg.output.dir
         report = build_report(res)
         lead = res.lead

@@ -44,7 +44,8 @@ def build_report(res: SolveResult) -> dict:
 
 
 def summary_table(res: SolveResult) -> str:
-    head = f"{'method':<17}{'bucket':<12}{'cost':>11}{'pad%':>7}{'p95 ms':>9}{'p99 ms':>9}{'seq ms':>11}" \
+    w = max([17] + [len(m) + 2 for m in res.results])           # current:<format> names are long
+    head = f"{'method':<{w}}{'bucket':<12}{'cost':>11}{'pad%':>7}{'p95 ms':>9}{'p99 ms':>9}{'seq ms':>11}" \
            f"{'batches':>8}{'shapes':>7}  limits"
     rows = [head, "-" * len(head)]
     for method, r in res.results.items():
@@ -53,7 +54,7 @@ def summary_table(res: SolveResult) -> str:
             held = "all held" if not broken else "BROKEN: " + ", ".join(broken)
             if not m.limits:
                 held = "(none set)"
-            rows.append(f"{method:<17}{name:<12}{m.cost:>11.4g}{100 * m.pad_ratio:>7.1f}{m.p95_latency_ms:>9.0f}"
+            rows.append(f"{method:<{w}}{name:<12}{m.cost:>11.4g}{100 * m.pad_ratio:>7.1f}{m.p95_latency_ms:>9.0f}"
                         f"{m.p99_latency_ms:>9.0f}{m.sequential_time_ms:>11.4g}{m.num_batches:>8d}"
                         f"{len(r.shapes):>7d}  {held}")
         extra = ""
@@ -61,7 +62,7 @@ def summary_table(res: SolveResult) -> str:
             gap = r.solver.get("gap")
             extra = f"  status {r.solver['status']}, bound {r.solver['best_bound']:.6g}, " \
                     f"gap {100 * gap:.3f}%" if gap is not None else f"  status {r.solver['status']}"
-        rows.append(f"{method:<17}{'TOTAL':<12}{r.total_cost:>11.4g}   shapes {r.shapes}{extra}")
+        rows.append(f"{method:<{w}}{'TOTAL':<12}{r.total_cost:>11.4g}   shapes {r.shapes}{extra}")
     return "\n".join(rows)
 
 
