@@ -46,6 +46,24 @@ class Costs:
         """Compile cost of one shape."""
         return quad(self.model.compile_cost, seq_align)
 
+    # --- spec 4b: member terms with prefill length L, decode context C and longest gen G -----------
+    def member_cost(self, length, context, gen_cap):
+        """q(prefill_cost, L) + Q(decode_step_cost, C, G)."""
+        m = self.model
+        return quad(m.prefill_cost, length) + quad_sum(m.decode_step_cost, context, gen_cap)
+
+    def member_latency(self, length, context, gen_cap):
+        """q(prefill_ms, L) + Q(decode_step_ms, C, G) + batch overhead (first-use latency not included)."""
+        m = self.model
+        return quad(m.prefill_ms, length) + quad_sum(m.decode_step_ms, context, gen_cap) + m.batch_overhead_ms
+
+    @property
+    def context_mode(self) -> bool:
+        """Spec 4b where a batch's numbers depend on its longest aligned prompt, not on its shape: the
+        shape only has to cover that prompt (decode from the batch, prefill and padding per request)."""
+        m = self.model
+        return (m.decode_context, m.prefill_length, m.prompt_pad) == ("batch", "request", "request")
+
 
 def percentile_nearest_rank(values: np.ndarray, pct: float) -> float:
     """pXX by nearest rank: sorted values, index ceil(XX/100 * n) - 1."""

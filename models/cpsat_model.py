@@ -9,6 +9,14 @@ the model has O(shapes x caps) variables per bucket whatever the number of reque
 
 Every assignment decomposes into such paths and every flow into assignments, so the flows
 are exact. Linking to the shape booleans is written per cell (tight, see MODEL_NOTES).
+
+In context mode (spec 4b: decode from the batch's longest aligned prompt, prefill and prompt padding
+per request) the levels are decode contexts instead of shapes; a bucket's batches of context c need a
+shape the bucket uses at or above c (`has[b, c] <= sum ub[b, i >= cover(c)]`, `ub[b, i] <= use[i]`).
+
+Integers: every row and the objective are scaled so that no sum of |coefficient| x bound passes
+2**62 (the model is validated before solving); limit rows round coefficients down and right-hand sides
+up, so they relax the real limits and the bound stays a bound.
 """
 from __future__ import annotations
 
@@ -22,37 +30,63 @@ from ortools.sat.python import cp_model
 
 from models.config import Config
 from models.cost import Costs
-from models.instance import BucketGroups, limit_rhs
+from models.instance import BucketGroups, Space, aligned, limit_rhs
 
 log = logging.getLogger(__name__)
-SCALE = 1.0e12          # the scaled objective of the reference plan is about this
+SCALE = 1.0e12          # the scaled objective of the reference plan is about this, when it fits
+ROW_BUDGET = 2 ** 60    # sum of |coefficient| x bound of one limit row at most
+OBJ_BUDGET = 2 ** 60    # the same for the objective's plan terms, and again for its slack terms
+SLACK_STEPS = 10 ** 6   # a limit's slack counts its excess in at most this many steps
+VALID_STATUSES = ("OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN")
 
 
 @dataclass
 class ClassData:
-    """Per bucket, per class (i, j): what one member or one batch adds."""
+    """Per bucket, per class (level i, gen cap j): what one member or one batch adds."""
 
-    per_request: np.ndarray = field(metadata={"description": "cost of one member"})
-    latency: np.ndarray = field(metadata={"description": "latency of a batch of this class (ms)"})
-    tokens: np.ndarray = field(metadata={"description": "seq_align + cap: pad tokens + real tokens per member"})
+    per_request: np.ndarray = field(metadata={"description": "cost of one member (its own prefill excluded "
+                                                             "when that is per request: see cost_const)"})
+    latency: np.ndarray = field(metadata={"description": "latency of the slowest member of a batch (ms)"})
+    tokens: np.ndarray = field(metadata={"description": "pad tokens per member, less its part in pad_const"})
     capacity: np.ndarray = field(metadata={"description": "members per batch at most (0 = class unusable)"})
     reach: np.ndarray = field(metadata={"description": "requests that may join this class"})
-    up: np.ndarray = field(metadata={"description": "requests of gen level j with shape level <= i"})
+    up: np.ndarray = field(metadata={"description": "requests of gen level j with level <= i"})
+    cost_const: float = field(default=0.0, metadata={"description": "cost no decision changes (prefill per request)"})
+    pad_const: float = field(default=0.0, metadata={"description": "pad tokens no decision changes"})
 
 
-def class_data(cfg: Config, costs: Costs, shapes: np.ndarray, g: BucketGroups, limits: dict) -> ClassData:
-    """Per class (shape level i, gen cap level j) of one bucket: member cost, batch latency, capacity."""
-    s = np.asarray(shapes)[:, None].astype(np.float64)
+def class_data(cfg: Config, costs: Costs, space: Space | np.ndarray, g: BucketGroups, limits: dict,
+               req=None) -> ClassData:
+    """Per class (level i, gen cap level j) of one bucket: member cost, batch latency, pad, capacity.
+    Shape mode: a member's prefill and padding at seq_align or its own a(p) (per prefill_length and
+    prompt_pad), decode from seq_align (decode_context: batch is then charged from seq_align, an upper
+    estimate). Context mode: decode from the level, prefill and padding per request."""
+    if not isinstance(space, Space):
+        space = Space(np.asarray(space), np.asarray(space), np.arange(len(space)), False, cfg.shapes.granularity)
+    cm = cfg.cost_model
+    lv = np.asarray(space.levels)[:, None].astype(np.float64)
     c = g.caps[None, :].astype(np.float64)
-    lat = costs.latency(s, c)
+    own_prefill = space.context_mode or cm.prefill_length == "request"
+    own_pad = space.context_mode or cm.prompt_pad == "request"
+    per = costs.member_cost(0.0 if own_prefill else lv, lv, c) - (cm.prefill_cost[0] if own_prefill else 0.0)
+    lat = costs.member_latency(lv, lv, c)          # the slowest member: prefill at most the level
+    tokens = (0 if own_pad else lv) + c
     cap = np.full(lat.shape, cfg.batching.max_batch_size, dtype=np.int64)
     if cfg.batching.max_batch_tokens:
-        cap = np.minimum(cap, cfg.batching.max_batch_tokens // (np.asarray(shapes)[:, None] + g.caps[None, :]))
+        cap = np.minimum(cap, cfg.batching.max_batch_tokens // (np.asarray(space.levels)[:, None] + g.caps[None, :]))
     if limits.get("max_latency_ms") is not None:
         cap = np.where(lat > limits["max_latency_ms"], 0, cap)
     up = np.cumsum(g.counts, axis=0)
     reach = np.cumsum(up, axis=1)
-    return ClassData(costs.per_request(s, c), lat, (s + c).astype(np.int64), cap, reach, up)
+    cost_const, pad_const = 0.0, -float(g.real_tokens)
+    if req is not None:
+        a = aligned(req.prompt, cfg.shapes.granularity).astype(np.float64)
+        if own_prefill:
+            cost_const = float(costs.member_cost(a, 0.0, 0).sum())
+        if own_pad:
+            pad_const = float((a - req.prompt).sum() - req.gen.sum())
+    return ClassData(np.broadcast_to(per, lat.shape).copy(), lat, np.broadcast_to(tokens, lat.shape).astype(np.int64),
+                     cap, reach, up, cost_const, pad_const)
 
 
 @dataclass
@@ -67,6 +101,8 @@ class ModelSolution:
     v: dict[str, np.ndarray] = field(default_factory=dict)
     m: dict[str, np.ndarray] = field(default_factory=dict)
     k: dict[str, np.ndarray] = field(default_factory=dict)
+    bucket_use: dict[str, np.ndarray] = field(default_factory=dict)
+    slack: dict[tuple[str, str], int] = field(default_factory=dict)
     interrupted: bool = False
 
 
@@ -101,62 +137,85 @@ class Progress(cp_model.CpSolverSolutionCallback):
 class ShapeModel:
     """Builds the CP-SAT model from preprocessed instance data and solves it."""
 
-    def __init__(self, cfg: Config, shapes: np.ndarray, groups: dict[str, BucketGroups],
-                 weights: dict[str, float], scale_ref: float):
+    def __init__(self, cfg: Config, shapes, groups: dict[str, BucketGroups], weights: dict[str, float],
+                 scale_ref: float, requests: dict | None = None):
         self.cfg, self.costs = cfg, Costs(cfg.cost_model)
-        self.shapes = np.asarray(shapes, dtype=np.int64)
+        self.space = shapes if isinstance(shapes, Space) else \
+            Space(np.asarray(shapes), np.asarray(shapes), np.arange(len(shapes)), False, cfg.shapes.granularity)
+        self.shapes = np.asarray(self.space.shapes, dtype=np.int64)
+        self.levels = np.asarray(self.space.levels, dtype=np.int64)
         self.groups = groups
         self.weights = weights
         self.limits = {b.name: dict(b.limits.items()) for b in cfg.buckets}
+        requests = requests or {}
+        self.data = {name: class_data(cfg, self.costs, self.space, g, self.limits[name], requests.get(name))
+                     for name, g in groups.items()}
         # rhs[bucket][limit]: each limit as a sum over members or batches (see limit_rhs)
-        self.rhs = {name: limit_rhs(self.limits[name], g) for name, g in groups.items()}
-        self.data = {name: class_data(cfg, self.costs, self.shapes, g, self.limits[name]) for name, g in groups.items()}
-        self.scale = SCALE / max(scale_ref, 1e-9)
+        self.rhs = {name: limit_rhs(self.limits[name], g, self.data[name].pad_const) for name, g in groups.items()}
+        self.scale_ref = max(abs(scale_ref), 1e-9)
         self.model = cp_model.CpModel()
-        # slack[(bucket, limit)]: how far a limit is exceeded; priced far above any plan's objective, so
-        # it is 0 whenever the limits can be met, and the bound stays valid for the hard-limit problem
+        # rows[(bucket, limit)]: (terms [(coefficient, variable, bound)], right-hand side, integral), scaled
+        # and given a slack in _add_objective; slack priced far above any plan, so it is 0 whenever the
+        # limits can be met, and the bound stays valid for the hard-limit problem
+        self.rows: dict[tuple[str, str], tuple[list, float, bool]] = {}
         self.slack: dict[tuple[str, str], cp_model.IntVar] = {}
-        self.limit_rhs: dict[tuple[str, str], int] = {}
         self._make_variables()
         self._add_shape_count()
         for name in groups:
             self._add_prompt_flow(name)
             self._add_gen_flow(name)
             self._add_batches(name)
+            self._add_bucket_shapes(name)
             self._add_latency_limits(name)
             self._add_pad_limits(name)
             self._add_cost_limit(name)
             self._add_sequential_limit(name)
         self._add_objective()
+        problem = self.model.validate()
+        if problem:
+            raise RuntimeError(f"CP-SAT model invalid (a bug in the model builder): {problem}")
 
     # --- variables ------------------------------------------------------------------------
     def _int(self, ub: int, name: str):
         return self.model.new_int_var(0, int(ub), name) if ub > 0 else 0
 
+    @property
+    def needs_bucket_shapes(self) -> bool:
+        cm = self.cfg.cost_model
+        return self.space.context_mode or cm.first_use_ms > 0 or cm.compile_in_bucket_cost
+
     def _make_variables(self):
-        P = len(self.shapes)
-        # use[i]: shape i is compiled
+        P = len(self.levels)
+        # use[s]: shape s is compiled
         self.use = [self.model.new_bool_var(f"use[{s}]") for s in self.shapes]
         self.u, self.v, self.f, self.m, self.k = {}, {}, {}, {}, {}
+        self.ub, self.has = {}, {}
         for name, g in self.groups.items():
             d, L = self.data[name], len(g.caps)
+            if self.needs_bucket_shapes:
+                for i, s in enumerate(self.shapes):
+                    # ub[b, i]: bucket b's plan uses shape i
+                    self.ub[(name, i)] = self.model.new_bool_var(f"ub[{name},{s}]")
             for i in range(P):
+                if self.space.context_mode:
+                    # has[b, i]: bucket b has a batch whose longest aligned prompt is level i
+                    self.has[(name, i)] = self.model.new_bool_var(f"has[{name},{i}]")
                 for j in range(L):
                     key = (name, i, j)
-                    # u[b, i, j]: requests of gen level j passing shape level i upward (not stopping)
+                    # u[b, i, j]: requests of gen level j passing level i upward (not stopping)
                     self.u[key] = self._int(d.up[i, j] if i < P - 1 else 0, f"u{key}")
-                    # v[b, i, j]: requests of gen level j that stop at shape i
+                    # v[b, i, j]: requests of gen level j that stop at level i
                     self.v[key] = self._int(d.up[i, j], f"v{key}")
-                    # f[b, i, j]: requests at shape i passing gen cap j upward
+                    # f[b, i, j]: requests at level i passing gen cap j upward
                     self.f[key] = self._int(d.reach[i, j] if j < L - 1 else 0, f"f{key}")
                     usable = d.capacity[i, j] > 0
-                    # m[b, i, j]: members of class (shape i, gen cap j)
+                    # m[b, i, j]: members of class (level i, gen cap j)
                     self.m[key] = self._int(d.reach[i, j] if usable else 0, f"m{key}")
-                    # k[b, i, j]: batches of class (shape i, gen cap j)
+                    # k[b, i, j]: batches of class (level i, gen cap j)
                     self.k[key] = self._int(d.reach[i, j] if usable else 0, f"k{key}")
 
     def cells(self, name: str):
-        return [(name, i, j) for i in range(len(self.shapes)) for j in range(len(self.groups[name].caps))]
+        return [(name, i, j) for i in range(len(self.levels)) for j in range(len(self.groups[name].caps))]
 
     # --- constraints ----------------------------------------------------------------------
     def _add_shape_count(self):
@@ -168,7 +227,8 @@ class ShapeModel:
             below = self.u[(name, i - 1, j)] if i else 0
             self.model.add(int(g.counts[i, j]) + below == self.v[(name, i, j)] + self.u[(name, i, j)])
             if d.up[i, j] > 0:
-                self.model.add(self.v[(name, i, j)] <= int(d.up[i, j]) * self.use[i])
+                gate = self.has[(name, i)] if self.space.context_mode else self.use[i]
+                self.model.add(self.v[(name, i, j)] <= int(d.up[i, j]) * gate)
 
     def _add_gen_flow(self, name):
         d = self.data[name]
@@ -176,7 +236,10 @@ class ShapeModel:
             below = self.f[(name, i, j - 1)] if j else 0
             self.model.add(self.v[(name, i, j)] + below == self.m[(name, i, j)] + self.f[(name, i, j)])
             if d.reach[i, j] > 0 and d.capacity[i, j] > 0:
-                self.model.add(self.m[(name, i, j)] <= int(d.reach[i, j]) * self.use[i])
+                gate = self.has[(name, i)] if self.space.context_mode else self.use[i]
+                self.model.add(self.m[(name, i, j)] <= int(d.reach[i, j]) * gate)
+                if self.ub and not self.space.context_mode:
+                    self.model.add(self.m[(name, i, j)] <= int(d.reach[i, j]) * self.ub[(name, i)])
 
     def _add_batches(self, name):
         d = self.data[name]
@@ -186,70 +249,109 @@ class ShapeModel:
                 self.model.add(self.m[key] <= int(d.capacity[i, j]) * self.k[key])
                 self.model.add(self.k[key] <= self.m[key])
 
+    def _add_bucket_shapes(self, name):
+        """ub[b, i] <= use[i]; in context mode every level the bucket has is covered by a shape it uses."""
+        if not self.ub:
+            return
+        for i in range(len(self.shapes)):
+            self.model.add(self.ub[(name, i)] <= self.use[i])
+        if self.space.context_mode:
+            for i in range(len(self.levels)):
+                covering = [self.ub[(name, t)] for t in range(int(self.space.cover[i]), len(self.shapes))]
+                self.model.add(sum(covering) >= self.has[(name, i)])
+
     def _add_latency_limits(self, name):
-        d, n = self.data[name], self.groups[name].size
+        d = self.data[name]
         for key, pct in (("p95_latency_ms", 95), ("p99_latency_ms", 99)):
             limit = self.limits[name].get(key)
             if limit is None:
                 continue
-            slow = [self.m[c] for c in self.cells(name) if d.latency[c[1], c[2]] > limit]
-            self._limit(name, key, sum(slow), int(self.rhs[name][key]), n)
+            slow = [(1, self.m[c], d.reach[c[1], c[2]]) for c in self.cells(name) if d.latency[c[1], c[2]] > limit]
+            self.rows[(name, key)] = (slow, self.rhs[name][key], True)
 
     def _add_pad_limits(self, name):
-        g, d = self.groups[name], self.data[name]
+        d = self.data[name]
         if "pad" in self.rhs[name]:
-            total = sum(int(d.tokens[i, j]) * self.m[(name, i, j)] for (_, i, j) in self.cells(name))
-            self._limit(name, "pad", total, int(self.rhs[name]["pad"]), int(d.tokens.max()) * g.size)
+            terms = [(int(d.tokens[i, j]), self.m[c], d.reach[i, j]) for c in self.cells(name) for (_, i, j) in [c]]
+            self.rows[(name, "pad")] = (terms, self.rhs[name]["pad"], True)
 
     def _add_cost_limit(self, name):
         budget = self.limits[name].get("cost")
         if budget is None:
             return
         d, oh = self.data[name], self.cfg.cost_model.batch_overhead_cost
-        scale = SCALE / max(budget, 1.0)
-        total = sum(math.ceil(d.per_request[i, j] * scale) * self.m[c] + math.ceil(oh * scale) * self.k[c]
-                    for c in self.cells(name) for (_, i, j) in [c])
-        self._limit(name, "cost", total, math.floor(budget * scale), 1000 * math.floor(budget * scale))
+        terms = []
+        for c in self.cells(name):
+            _, i, j = c
+            terms += [(d.per_request[i, j], self.m[c], d.reach[i, j]), (oh, self.k[c], d.reach[i, j])]
+        if self.cfg.cost_model.compile_in_bucket_cost:
+            comp = self.costs.compile(self.shapes.astype(np.float64))
+            terms += [(comp[i], self.ub[(name, i)], 1) for i in range(len(self.shapes))]
+        self.rows[(name, "cost")] = (terms, budget - d.cost_const, False)
 
     def _add_sequential_limit(self, name):
         limit = self.limits[name].get("sequential_time_ms")
         if limit is None:
             return
-        d = self.data[name]
-        total = sum(math.ceil(d.latency[c[1], c[2]] * 1000) * self.k[c] for c in self.cells(name))
-        worst = math.ceil(float(d.latency.max()) * 1000) * self.groups[name].size
-        self._limit(name, "sequential_time_ms", total, math.floor(limit * 1000), worst)
+        d, fu = self.data[name], self.cfg.cost_model.first_use_ms
+        terms = [(d.latency[c[1], c[2]], self.k[c], d.reach[c[1], c[2]]) for c in self.cells(name)]
+        if fu:      # at most one warm-up per shape the bucket uses lands on a batch's slowest member
+            terms += [(fu, self.ub[(name, i)], 1) for i in range(len(self.shapes))]
+        self.rows[(name, "sequential_time_ms")] = (terms, limit, False)
 
-    def _limit(self, name: str, key: str, expr, rhs: int, worst: int):
-        """expr <= rhs + slack; slack priced in _add_objective."""
-        slack = self.model.new_int_var(0, max(int(worst), 1), f"slack[{name},{key}]")
-        self.slack[(name, key)] = slack
-        self.limit_rhs[(name, key)] = max(int(rhs), 1)
-        self.model.add(expr <= int(rhs) + slack)
+    def _scaled_row(self, terms, rhs: float, integral: bool):
+        """(integer terms, integer rhs, row scale): a relaxation of sum(coef x var) <= rhs within ROW_BUDGET."""
+        terms = [(float(a), x, int(ub)) for a, x, ub in terms if not isinstance(x, int) and a != 0]
+        total = sum(abs(a) * ub for a, _, ub in terms) + abs(rhs)
+        if integral and total <= ROW_BUDGET:
+            return [(int(a), x, ub) for a, x, ub in terms], math.floor(rhs + 1e-9), 1.0
+        f = ROW_BUDGET / max(total, 1e-300)
+        if integral:
+            f = min(f, 1.0)
+        else:
+            f = min(f, 2.0 ** 50 / max(abs(rhs), 1e-300))
+        return [(math.floor(a * f), x, ub) for a, x, ub in terms], math.ceil(rhs * f), f
 
     def _add_objective(self):
         w = self.weights
         wc, wp, ws = (w.get(k, 0.0) for k in ("cost", "pad_tokens", "sequential_time_ms"))
-        oh = self.cfg.cost_model.batch_overhead_cost
-        terms = []
+        oh, fu = self.cfg.cost_model.batch_overhead_cost, self.cfg.cost_model.first_use_ms
         compile_cost = self.costs.compile(self.shapes.astype(np.float64))
-        terms += [math.floor(wc * compile_cost[i] * self.scale) * self.use[i] for i in range(len(self.shapes))]
+        plan_terms = [(wc * compile_cost[i], self.use[i], 1) for i in range(len(self.shapes))]
         self.constant = 0.0
         for name in self.groups:
             d = self.data[name]
-            self.constant -= wp * self.groups[name].real_tokens
+            self.constant += wc * d.cost_const + wp * d.pad_const
             for c in self.cells(name):
                 _, i, j = c
-                if isinstance(self.m[c], int):
-                    continue
-                cm = wc * d.per_request[i, j] + wp * d.tokens[i, j]
-                ck = wc * oh + ws * d.latency[i, j]
-                terms.append(math.floor(cm * self.scale) * self.m[c])
-                terms.append(math.floor(ck * self.scale) * self.k[c])
-        for key, slack in self.slack.items():
-            # exceeding a limit by its own size costs 100x the reference plan's objective
-            terms.append(max(1, math.ceil(100 * SCALE / self.limit_rhs[key])) * slack)
-        self.model.minimize(sum(terms))
+                reach = d.reach[i, j]
+                plan_terms.append((wc * d.per_request[i, j] + wp * d.tokens[i, j], self.m[c], reach))
+                plan_terms.append((wc * oh + ws * d.latency[i, j], self.k[c], reach))
+            if fu and ws:
+                plan_terms += [(ws * fu, self.ub[(name, i)], 1) for i in range(len(self.shapes))]
+        plan_terms = [(a, x, ub) for a, x, ub in plan_terms if not isinstance(x, int) and a > 0]
+        total = sum(a * ub for a, _, ub in plan_terms)
+        self.scale = min(SCALE / self.scale_ref, OBJ_BUDGET / max(total, 1e-300))
+        objective = [math.floor(a * self.scale) * x for a, x, _ in plan_terms]
+        objective += self._slack_terms()
+        self.model.minimize(sum(objective))
+
+    def _slack_terms(self) -> list:
+        """Each limit row as `row <= rhs + unit x slack`; a slack step priced so that exceeding a limit by its
+        own size costs about 100x the reference plan's objective (capped within OBJ_BUDGET)."""
+        out, reference = [], self.scale_ref * self.scale
+        for key, (terms, rhs, integral) in self.rows.items():
+            scaled, srhs, f = self._scaled_row(terms, rhs, integral)
+            worst = sum(abs(a) * ub for a, _, ub in scaled)
+            unit = max(1, math.ceil(max(worst - srhs, 1) / SLACK_STEPS))
+            top = max(1, math.ceil(max(worst - srhs, 1) / unit))
+            slack = self.model.new_int_var(0, top, f"slack[{key[0]},{key[1]}]")
+            self.slack[key] = slack
+            self.model.add(sum(a * x for a, x, _ in scaled) <= srhs + unit * slack)
+            price = 100.0 * reference * unit / max(abs(srhs), 1.0)
+            cap = OBJ_BUDGET / (max(len(self.rows), 1) * top)
+            out.append(max(1, math.floor(min(price, cap))) * slack)
+        return out
 
     def to_real(self, scaled: float) -> float:
         """Scaled objective -> objective units (a lower estimate: coefficients were floored)."""
@@ -264,6 +366,12 @@ class ShapeModel:
             self.model.add_hint(var, bool(use[i]))
         for name, g in self.groups.items():
             c = counts[name]
+            for i in range(len(self.shapes)):
+                if (name, i) in self.ub:
+                    self.model.add_hint(self.ub[(name, i)], bool(c.use[i]))
+            for i in range(len(self.levels)):
+                if (name, i) in self.has:
+                    self.model.add_hint(self.has[(name, i)], bool(c.v[i].sum() > 0))
             u = np.cumsum(g.counts - c.v, axis=0)
             f = np.cumsum(c.v - c.m, axis=1)
             for (_, i, j) in self.cells(name):
@@ -286,15 +394,21 @@ class ShapeModel:
         status = solver.solve(self.model, callback)
         elapsed = time.monotonic() - start
         name = solver.status_name(status)
+        if name not in VALID_STATUSES:
+            log.error("cpsat: the solver answered %s: a bug in the model (%s)", name, solver.solution_info())
         interrupted = elapsed < 0.95 * time_limit_s and name == "FEASIBLE"
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            bound = self.to_real(solver.best_objective_bound) if status != cp_model.INFEASIBLE else math.inf
+            bound = self.to_real(solver.best_objective_bound) if status == cp_model.UNKNOWN else -math.inf
             return ModelSolution(name, None, bound, elapsed, interrupted=interrupted)
         sol = ModelSolution(name, self.to_real(solver.objective_value), self.to_real(solver.best_objective_bound),
                             elapsed, interrupted=interrupted)
         sol.use = np.array([solver.value(x) for x in self.use], dtype=bool)
+        sol.slack = {key: int(solver.value(x)) for key, x in self.slack.items()}
         for name_b, g in self.groups.items():
-            shape = (len(self.shapes), len(g.caps))
+            if self.ub:
+                sol.bucket_use[name_b] = np.array([solver.value(self.ub[(name_b, i)]) for i in range(len(self.shapes))],
+                                                  dtype=bool)
+            shape = (len(self.levels), len(g.caps))
             for store, out in ((self.v, sol.v), (self.m, sol.m), (self.k, sol.k)):
                 arr = np.zeros(shape, dtype=np.int64)
                 for (_, i, j) in self.cells(name_b):

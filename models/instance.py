@@ -106,17 +106,61 @@ def prune_shapes(shapes: list[int], prompts: np.ndarray, keep: set[int], limit: 
     return sorted(chosen)[:limit] if shapes[-1] in sorted(chosen)[:limit] else sorted(chosen)[-limit:]
 
 
-def group_bucket(req: Requests, shapes: np.ndarray, max_caps: int, keep_caps=(), keep_all: bool = False) -> BucketGroups:
+@dataclass
+class Space:
+    """Where the model's classes live. Shape mode (spec 4 and most of 4b): a class level is a candidate shape.
+    Context mode (decode from the batch, prefill and prompt padding per request): a class level is a
+    decode context, the batch's longest aligned prompt, and the shape only has to cover it."""
+
+    levels: np.ndarray = field(metadata={"description": "class level values (shapes, or decode contexts)"})
+    shapes: np.ndarray = field(metadata={"description": "candidate shapes (sorted)"})
+    cover: np.ndarray = field(metadata={"description": "per level, index of the smallest shape covering it"})
+    context_mode: bool = field(metadata={"description": "levels are decode contexts, not shapes"})
+    granularity: int = field(default=1, metadata={"description": "shapes.granularity, for a(p)"})
+
+    def level_of(self, req: Requests) -> np.ndarray:
+        """Each request's own class level: its shape (smallest covering its fit), or its aligned prompt."""
+        if self.context_mode:
+            return np.searchsorted(self.levels, aligned(req.prompt, self.granularity), side="left")
+        return np.searchsorted(self.levels, req.fit, side="left")
+
+
+def model_space(cfg: Config, shapes: np.ndarray, requests: dict[str, Requests], max_levels: int) -> Space:
+    """Shape mode unless the semantics make a batch's numbers independent of its shape (and no token limit
+    ties capacity to the shape): then class levels are the occurring aligned prompts (at most max_levels)."""
+    shapes = np.asarray(shapes, dtype=np.int64)
+    cm, gran = cfg.cost_model, cfg.shapes.granularity
+    context = (cm.decode_context, cm.prefill_length, cm.prompt_pad) == ("batch", "request", "request") and \
+        not cfg.batching.max_batch_tokens
+    if not context:
+        return Space(shapes, shapes, np.arange(len(shapes)), False, gran)
+    a = np.concatenate([aligned(r.prompt, gran) for r in requests.values()])
+    fit = np.concatenate([r.fit for r in requests.values()])
+    levels = np.asarray(prune_shapes(sorted(int(x) for x in np.unique(a)), a, set(), max_levels), dtype=np.int64)
+    at = np.searchsorted(levels, a)
+    most = np.zeros(len(levels), dtype=np.int64)
+    np.maximum.at(most, at, fit)                    # the longest fit of the requests at each level
+    cover = np.searchsorted(shapes, np.maximum.accumulate(np.maximum(most, levels)), side="left")
+    return Space(levels, shapes, np.minimum(cover, len(shapes) - 1), True, gran)
+
+
+def group_bucket(req: Requests, shapes: np.ndarray, max_caps: int, keep_caps=(), keep_all: bool = False,
+                 level: np.ndarray | None = None) -> BucketGroups:
+    """Counts per (level, gen cap level); `level` gives each request's level (default: smallest of `shapes`
+    at or above its fit)."""
     caps, exact = gen_ladder(req.gen, max_caps, keep_caps, keep_all)
-    i = np.searchsorted(shapes, req.prompt, side="left")
+    i = np.searchsorted(shapes, req.fit, side="left") if level is None else level
     j = np.searchsorted(caps, req.gen, side="left")
     counts = np.zeros((len(shapes), len(caps)), dtype=np.int64)
     np.add.at(counts, (i, j), 1)
     return BucketGroups(req.bucket, caps, counts, req.real_tokens, exact)
 
 
-def limit_rhs(limits: dict, g: BucketGroups) -> dict[str, float]:
-    """Right-hand side of each limit as a sum over members or batches (pad: tokens incl. real ones)."""
+def limit_rhs(limits: dict, g: BucketGroups, pad_const: float | None = None) -> dict[str, float]:
+    """Right-hand side of each limit as a sum over members or batches. Pad: the budget less the part of the
+    pad tokens that no decision changes (`pad_const`; by default -real tokens, as under spec section 4,
+    where the model counts seq_align + cap per member)."""
+    pad_const = -g.real_tokens if pad_const is None else pad_const
     rhs = {}
     if "sequential_time_ms" in limits:
         rhs["sequential_time_ms"] = float(limits["sequential_time_ms"])
@@ -124,7 +168,7 @@ def limit_rhs(limits: dict, g: BucketGroups) -> dict[str, float]:
     if "pad_ratio" in limits:
         budgets.append(limits["pad_ratio"] * g.real_tokens)
     if budgets:
-        rhs["pad"] = g.real_tokens + math.floor(min(budgets) + 1e-9)
+        rhs["pad"] = math.floor(min(budgets) + 1e-9) - pad_const
     for key, pct in (("p95_latency_ms", 95), ("p99_latency_ms", 99)):
         if key in limits:
             rhs[key] = float(allowed_over(g.size, pct))
@@ -133,11 +177,13 @@ def limit_rhs(limits: dict, g: BucketGroups) -> dict[str, float]:
     return rhs
 
 
-def batch_classes(req: Requests, plan: BucketPlan, shapes: np.ndarray, caps: np.ndarray):
-    """Each batch's class on the model's terms: (shape level, gen cap level). The shape level is the
-    smallest candidate holding the batch's members (never above its own seq_align), the cap level
-    the one of its longest gen."""
-    top = plan.batch_max(np.searchsorted(shapes, req.prompt, side="left"))
+def batch_classes(req: Requests, plan: BucketPlan, shapes: np.ndarray, caps: np.ndarray, space: Space | None = None):
+    """Each batch's class on the model's terms: (level, gen cap level). In shape mode the level is the
+    smallest candidate holding the batch's members (never above its own seq_align); in context mode the
+    level of its longest aligned prompt. The cap level is the one of its longest gen."""
+    if space is not None and space.context_mode:
+        return plan.batch_max(space.level_of(req)), np.searchsorted(caps, plan.batch_max(req.gen))
+    top = plan.batch_max(np.searchsorted(shapes, req.fit, side="left"))
     lowered = np.searchsorted(shapes, plan.seq_align, side="right") - 1
     return np.maximum(lowered, top), np.searchsorted(caps, plan.batch_max(req.gen))
 

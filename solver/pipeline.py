@@ -8,17 +8,17 @@ import time
 import numpy as np
 
 from models.config import Config
-from models.cpsat_model import ShapeModel
+from models.cpsat_model import VALID_STATUSES, ShapeModel
 from models.engine import apply_engine
 from models.errors import InputError
-from models.instance import Instance, batch_caps, group_bucket, prune_shapes
+from models.instance import Instance, batch_caps, group_bucket, model_space, prune_shapes
 from models.plan import BucketPlan
 from models.requests import Requests, load_requests
 from solver.bounds import objective_bound
 from solver.current import current_plans
 from solver.heuristics import HEURISTICS
 from solver.polish import polish
-from solver.postprocess import classes_to_plan, plan_to_classes
+from solver.postprocess import classes_to_plan, place_first_use, plan_to_classes
 from solver.results import MethodResult, SolveResult, Stages
 from solver import stop
 from solver.verify import bucket_metrics, plan_objective, verify_plans
@@ -52,8 +52,11 @@ def check_fits(cfg: Config, reqs: dict[str, Requests]) -> None:
 
 
 def evaluate(inst: Instance, method: str, plans: dict[str, BucketPlan], elapsed: float,
-             stages: Stages | None = None) -> MethodResult:
-    """Verify a plan set (invalid plans are a bug: raise) and compute its exact metrics."""
+             stages: Stages | None = None, place: bool = True) -> MethodResult:
+    """Verify a plan set (invalid plans are a bug: raise) and compute its exact metrics. With `place`, the
+    plan writer first puts each shape's first-use latency where it hurts least (spec 4b)."""
+    if place:
+        plans = {n: place_first_use(inst.cfg, inst.requests[n], p) for n, p in plans.items()}
     with (stages if stages is not None else Stages()).timed("verify"):
         errors = verify_plans(inst.cfg, inst.requests, plans)
         if errors:
@@ -76,8 +79,9 @@ def run_heuristic(inst: Instance, method: str, stages: Stages | None = None) -> 
     return evaluate(inst, method, plans, elapsed, stages)
 
 
-def bound_scope(inst: Instance, shapes, groups) -> str:
+def bound_scope(inst: Instance, space, groups) -> str:
     parts = []
+    shapes = space.shapes
     total = len(inst.all_shapes)
     kind = "shapes.candidates" if isinstance(inst.cfg.shapes.candidates, list) else "occurring aligned prompt lengths"
     if len(shapes) < total:
@@ -92,7 +96,26 @@ def bound_scope(inst: Instance, shapes, groups) -> str:
                      "batches are charged the next ladder cap above their longest gen")
     else:
         parts.append("gen caps exact (every distinct gen length)")
+    parts += semantics_scope(inst.cfg, space)
     return "; ".join(parts)
+
+
+def semantics_scope(cfg: Config, space) -> list[str]:
+    """What the spec 4b semantics make the model charge above the exact cost (the bound covers plans so charged)."""
+    cm, out = cfg.cost_model, []
+    if space.context_mode:
+        out.append(f"decode contexts: {len(space.levels)} levels (exact when every occurring aligned prompt)")
+    elif cm.decode_context == "batch":
+        out.append("decode charged from seq_align, not the batch's longest aligned prompt (an upper estimate)")
+    limits = {k for b in cfg.buckets for k, _ in b.limits.items()}
+    if cm.prefill_length == "request" and limits & {"p95_latency_ms", "p99_latency_ms", "max_latency_ms"}:
+        out.append("latency limits count every member of a batch at its slowest member's latency (members with "
+                   "shorter prompts are faster)")
+    if cm.first_use_ms and "sequential_time_ms" in limits:
+        out.append("sequential time charged the full first-use latency once per shape a bucket uses")
+    if cm.first_use_ms and limits & {"p95_latency_ms", "p99_latency_ms", "max_latency_ms"}:
+        out.append("latency limits leave out the first-use latency (the plan writer places it where it hurts least)")
+    return out
 
 
 def run_cpsat(inst: Instance, heuristics: list[MethodResult], time_limit: float,
@@ -103,7 +126,7 @@ def run_cpsat(inst: Instance, heuristics: list[MethodResult], time_limit: float,
     best_h = min(heuristics, key=rank_key) if heuristics else None
     search_s = time_limit * (1.0 - cfg.solver.polish_share)
     with stages.timed("cpsat"):
-        shapes, groups, model = build_model(inst, heuristics, best_h)
+        space, groups, model = build_model(inst, heuristics, best_h)
         build_s = time.monotonic() - start
         with stop.searching():
             sol = model.solve(stop.time_left(max(search_s - build_s, 1.0)), cfg.solver.workers, cfg.solver.seed,
@@ -115,13 +138,15 @@ def run_cpsat(inst: Instance, heuristics: list[MethodResult], time_limit: float,
     info = {"status": sol.status, "best_bound": bound, "cpsat_bound": sol.bound,
             "presearch_bound": presearch_bound if math.isfinite(presearch_bound) else None,
             "model_objective": sol.objective, "solve_time_s": sol.solve_time_s,
-            "bound_scope": bound_scope(inst, shapes, groups), "interrupted": interrupted,
-            "num_variables": len(model.model.proto.variables), "candidate_shapes": len(shapes)}
+            "bound_scope": bound_scope(inst, space, groups), "interrupted": interrupted,
+            "num_variables": len(model.model.proto.variables), "candidate_shapes": len(space.shapes)}
+    if sol.status not in VALID_STATUSES:
+        info["model_error"] = f"CP-SAT answered {sol.status}: a bug in the model; the plan below is not the optimizer's"
     candidates = []
     if sol.objective is not None:
         with stages.timed("postprocess"):
-            plans = {n: classes_to_plan(cfg, inst.requests[n], shapes, groups[n], sol.v[n], sol.m[n])
-                     for n in groups}
+            plans = {n: classes_to_plan(cfg, inst.requests[n], space, groups[n], sol.v[n], sol.m[n],
+                                        sol.bucket_use.get(n)) for n in groups}
         candidates.append(evaluate(inst, "cpsat", plans, 0.0, stages))
         candidates[-1].solver["plan_source"] = "cpsat"
     for h in heuristics:
@@ -136,10 +161,42 @@ def run_cpsat(inst: Instance, heuristics: list[MethodResult], time_limit: float,
     source = result.solver.get("plan_source", "cpsat")
     result.solver = dict(info, plan_source=source)
     result.solver["objective"] = result.objective
-    result.solver["gap"] = max(0.0, (result.objective - bound) / abs(result.objective)) \
-        if result.objective and math.isfinite(bound) else None
+    certify(result, bound, space, groups, inst)
     result.time_s = time.monotonic() - start
     return result
+
+
+GAP_TOLERANCE = 1e-4     # a gap this small is reported as OPTIMAL (when the bound is global)
+
+
+def certify(result: MethodResult, bound: float, space, groups, inst: Instance) -> None:
+    """Bound, gap and status as spec section 6 reads them: a cost bound only beside a plan meeting every
+    limit, OPTIMAL only when the gap is proven within GAP_TOLERANCE for every valid plan."""
+    info = result.solver
+    info["model_status"] = info["status"]
+    info["bound_global"] = is_global(inst, space, groups)
+    if not result.feasible:
+        info["penalized_bound"] = bound if math.isfinite(bound) else None
+        info["best_bound"], info["gap"] = None, None
+        info["bound_note"] = ("the plan breaks limits, so no cost bound or gap applies; penalized_bound bounds the "
+                              "model's objective with every unit of limit excess priced at 100x the reference plan")
+        info["status"] = "FEASIBLE" if info["status"] in ("OPTIMAL", "FEASIBLE", "UNKNOWN") else info["status"]
+        return
+    gap = max(0.0, (result.objective - bound) / abs(result.objective)) \
+        if result.objective and math.isfinite(bound) else None
+    info["best_bound"] = bound if math.isfinite(bound) else None
+    info["gap"] = gap
+    if gap is not None and bound > result.objective * (1 + 1e-9):
+        info["gap"] = None         # the bound's scope (pruned shapes, a ladder) does not hold this plan
+        info["bound_note"] = "the plan lies outside the bound's scope (see bound_scope): no gap applies"
+    proven = gap is not None and gap <= GAP_TOLERANCE and info["bound_global"]
+    info["status"] = "OPTIMAL" if proven else "FEASIBLE"
+
+
+def is_global(inst: Instance, space, groups) -> bool:
+    """The bound holds for every valid plan: no pruned shapes, exact gens, no semantics charged above cost."""
+    return len(space.shapes) >= len(inst.all_shapes) and all(g.exact_gens for g in groups.values()) and \
+        not semantics_scope(inst.cfg, space)
 
 
 def run_polish(inst: Instance, best: MethodResult, time_left: float, stages: Stages, info: dict) -> list:
@@ -168,22 +225,26 @@ def run_polish(inst: Instance, best: MethodResult, time_left: float, stages: Sta
 
 
 def build_model(inst: Instance, heuristics: list[MethodResult], best_h: MethodResult | None):
-    """Candidate shapes, groups and the CP-SAT model, hinted with the best heuristic plan."""
+    """Candidate shapes (the model's space), groups and the CP-SAT model, hinted with the best heuristic plan."""
     cfg = inst.cfg
     keep = set().union(*[set(h.shapes) for h in heuristics]) if heuristics else set()
-    prompts = np.concatenate([r.prompt for r in inst.requests.values()])
+    prompts = np.concatenate([r.fit for r in inst.requests.values()])
     shapes = np.array(prune_shapes(inst.all_shapes, prompts, keep, cfg.solver.max_candidates), dtype=np.int64)
+    space = model_space(cfg, shapes, inst.requests, cfg.solver.max_candidates)
     hinted = [h for h in heuristics if h.feasible] or ([best_h] if best_h else [])
     hint = min(hinted, key=rank_key) if hinted else None
     caps = {n: batch_caps(r, hint.plans[n]) if hint else () for n, r in inst.requests.items()}
-    groups = {n: group_bucket(r, shapes, cfg.solver.gen_caps, caps[n]) for n, r in inst.requests.items()}
-    model = ShapeModel(cfg, shapes, groups, cfg.objective.weight_map(), best_h.objective if best_h else 1.0)
+    groups = {n: group_bucket(r, space.levels, cfg.solver.gen_caps, caps[n], level=space.level_of(r))
+              for n, r in inst.requests.items()}
+    model = ShapeModel(cfg, space, groups, cfg.objective.weight_map(), best_h.objective if best_h else 1.0,
+                       inst.requests)
     if hint:
-        model.add_hint({n: plan_to_classes(cfg, inst.requests[n], shapes, groups[n], hint.plans[n]) for n in groups})
+        model.add_hint({n: plan_to_classes(cfg, inst.requests[n], space, groups[n], hint.plans[n]) for n in groups})
         log.info("cpsat: hint from %s (objective %.6g)", hint.method, hint.objective)
-    log.info("cpsat: model with %d variables, %d constraints, %d candidate shapes",
-             len(model.model.proto.variables), len(model.model.proto.constraints), len(shapes))
-    return shapes, groups, model
+    log.info("cpsat: model with %d variables, %d constraints, %d candidate shapes%s",
+             len(model.model.proto.variables), len(model.model.proto.constraints), len(shapes),
+             f", {len(space.levels)} decode-context levels" if space.context_mode else "")
+    return space, groups, model
 
 
 def solve(cfg: Config, methods=("cpsat",), time_limit: float | None = None,

@@ -6,14 +6,34 @@ import numpy as np
 from dataclasses import dataclass
 
 from models.config import Config
-from models.instance import BucketGroups, batch_classes
+from models.cost import Costs
+from models.instance import BucketGroups, Space, aligned, batch_classes
 from models.plan import BucketPlan
 from models.requests import Requests
 from solver.batching import chunk_run
 
 
-def levels(req: Requests, shapes: np.ndarray, caps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    return np.searchsorted(shapes, req.prompt, side="left"), np.searchsorted(caps, req.gen, side="left")
+def as_space(cfg: Config, shapes) -> Space:
+    if isinstance(shapes, Space):
+        return shapes
+    shapes = np.asarray(shapes)
+    return Space(shapes, shapes, np.arange(len(shapes)), False, cfg.shapes.granularity)
+
+
+def levels(req: Requests, space: Space, caps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return space.level_of(req), np.searchsorted(caps, req.gen, side="left")
+
+
+def level_shapes(space: Space, bucket_use: np.ndarray | None) -> np.ndarray:
+    """The seq_align of a batch at each level: the level itself (shape mode), or the smallest shape the
+    bucket uses at or above the level's cover (context mode)."""
+    if not space.context_mode:
+        return np.asarray(space.shapes)
+    used = np.flatnonzero(bucket_use)
+    pick = used[np.minimum(np.searchsorted(used, space.cover), len(used) - 1)]
+    if (pick < space.cover).any():
+        raise AssertionError("a level has no covering shape among the bucket's shapes")
+    return np.asarray(space.shapes)[pick]
 
 
 def fill_by_counts(keys: np.ndarray, sort_key: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -28,14 +48,16 @@ def fill_by_counts(keys: np.ndarray, sort_key: np.ndarray, counts: np.ndarray) -
     return out
 
 
-def classes_to_plan(cfg: Config, req: Requests, shapes: np.ndarray, groups: BucketGroups,
-                    v: np.ndarray, m: np.ndarray) -> BucketPlan:
-    """Concrete batches from class counts: requests climb shapes in prompt order, then gen caps
+def classes_to_plan(cfg: Config, req: Requests, shapes, groups: BucketGroups,
+                    v: np.ndarray, m: np.ndarray, bucket_use: np.ndarray | None = None) -> BucketPlan:
+    """Concrete batches from class counts: requests climb levels in prompt order, then gen caps
     in gen order (the flows are monotone, so this is always feasible); each class is chunked
     from its largest gen down so that chunks get tight caps."""
-    pi, gj = levels(req, shapes, groups.caps)
-    shape_of = fill_by_counts(gj, pi, v.T)            # per gen level, fill shapes in prompt order
-    class_of = fill_by_counts(shape_of, req.gen, m)   # per shape, fill caps in gen order
+    space = as_space(cfg, shapes)
+    seq_of_level = level_shapes(space, bucket_use)
+    pi, gj = levels(req, space, groups.caps)
+    shape_of = fill_by_counts(gj, pi, v.T)            # per gen level, fill levels in prompt order
+    class_of = fill_by_counts(shape_of, req.gen, m)   # per level, fill caps in gen order
     key = shape_of * len(groups.caps) + class_of
     order = np.lexsort((-req.gen, key))
     keys_sorted = key[order]
@@ -43,7 +65,7 @@ def classes_to_plan(cfg: Config, req: Requests, shapes: np.ndarray, groups: Buck
     ends = np.r_[starts[1:], len(order)]
     sizes, seq = [], []
     for lo, hi in zip(starts, ends):
-        s = int(shapes[shape_of[order[lo]]])
+        s = int(seq_of_level[shape_of[order[lo]]])
         chunk = chunk_run(cfg, s, req.gen[order[lo:hi]])
         sizes += chunk
         seq += [s] * len(chunk)
@@ -61,13 +83,15 @@ class ClassCounts:
     k: np.ndarray       # [i, j] batches of class (i, j)
 
 
-def plan_to_classes(cfg: Config, req: Requests, shapes: np.ndarray, groups: BucketGroups, plan: BucketPlan):
-    """A plan as model counts (v, m, k, shapes used): each batch at the smallest candidate that
-    holds its members, its cap the smallest gen cap >= its longest gen."""
-    _, gj = levels(req, shapes, groups.caps)
-    b_shape, b_cap = batch_classes(req, plan, shapes, groups.caps)
+def plan_to_classes(cfg: Config, req: Requests, shapes, groups: BucketGroups, plan: BucketPlan):
+    """A plan as model counts (v, m, k, shapes used): each batch at its class level (shape mode: the
+    smallest candidate that holds its members; context mode: its longest aligned prompt), its cap the
+    smallest gen cap >= its longest gen."""
+    space = as_space(cfg, shapes)
+    _, gj = levels(req, space, groups.caps)
+    b_shape, b_cap = batch_classes(req, plan, space.shapes, groups.caps, space)
     size = np.bincount(plan.batch_of, minlength=plan.num_batches)
-    P, L = len(shapes), len(groups.caps)
+    P, L = len(space.levels), len(groups.caps)
     v = np.zeros((P, L), dtype=np.int64)
     np.add.at(v, (b_shape[plan.batch_of], gj), 1)
     m = np.zeros((P, L), dtype=np.int64)
@@ -77,10 +101,58 @@ def plan_to_classes(cfg: Config, req: Requests, shapes: np.ndarray, groups: Buck
     np.add.at(k, (b_shape[used], b_cap[used]), 1)
     cap = np.full((P, L), cfg.batching.max_batch_size, dtype=np.int64)
     if cfg.batching.max_batch_tokens:
-        cap = np.maximum(np.minimum(cap, cfg.batching.max_batch_tokens // (shapes[:, None] + groups.caps[None, :])), 1)
+        cap = np.maximum(np.minimum(cap, cfg.batching.max_batch_tokens //
+                                    (space.levels[:, None] + groups.caps[None, :])), 1)
     k = np.maximum(k, -(-m // cap))
-    use = np.zeros(P, dtype=bool)
-    use[np.unique(b_shape[used])] = True
+    use = np.zeros(len(space.shapes), dtype=bool)
+    if space.context_mode:
+        use[np.searchsorted(space.shapes, np.unique(plan.seq_align[used]))] = True
+    else:
+        use[np.unique(b_shape[used])] = True
     w = np.zeros((P, L, L), dtype=np.int64)
     np.add.at(w, (b_shape[plan.batch_of], gj, b_cap[plan.batch_of]), 1)
     return ClassCounts(use, v, w, m, k)
+
+
+# --- the plan writer's choice of where each shape's first-use latency lands (spec 4b) ----------
+
+def member_latencies(cfg: Config, req: Requests, plan: BucketPlan) -> np.ndarray:
+    """Each member's latency under spec 4b, first-use latency left out."""
+    cm = cfg.cost_model
+    a = aligned(req.prompt, cfg.shapes.granularity)
+    s = plan.seq_align[plan.batch_of]
+    length = s if cm.prefill_length == "shape" else a
+    context = (plan.seq_align if cm.decode_context == "shape" else plan.batch_max(a))[plan.batch_of]
+    return Costs(cm).member_latency(length, context, plan.batch_max(req.gen)[plan.batch_of])
+
+
+def place_first_use(cfg: Config, req: Requests, plan: BucketPlan) -> BucketPlan:
+    """Batch ids and line order that put each shape's first-use latency where it hurts least: on the member
+    whose latency plus the warm-up crosses the fewest latency limits, then raises its batch's slowest
+    latency (the sequential time) least. The chosen batch of each shape gets the first id, the chosen
+    member the first line. Without first-use latency the plan is returned as it is."""
+    fu = cfg.cost_model.first_use_ms
+    if not fu or len(req) == 0:
+        return plan
+    lat = member_latencies(cfg, req, plan)
+    slowest = np.full(plan.num_batches, -np.inf)
+    np.maximum.at(slowest, plan.batch_of, lat)
+    limits = dict(next(b for b in cfg.buckets if b.name == req.bucket).limits.items()) \
+        if any(b.name == req.bucket for b in cfg.buckets) else {}
+    crossed = sum(((lat <= v) & (lat + fu > v)).astype(np.int64)
+                  for k, v in limits.items() if k in ("p95_latency_ms", "p99_latency_ms", "max_latency_ms"))
+    raised = np.maximum(lat + fu - slowest[plan.batch_of], 0.0)
+    shape = plan.seq_align[plan.batch_of]
+    best = np.lexsort((raised, np.asarray(crossed) + np.zeros(len(req)), shape))   # per shape, best first
+    first = best[np.r_[True, shape[best][1:] != shape[best][:-1]]]                # one member per shape
+    chosen = plan.batch_of[first]
+    rank = np.full(plan.num_batches, -1, dtype=np.int64)
+    rank[chosen] = np.arange(len(chosen))
+    rest = np.flatnonzero(rank < 0)
+    rank[rest] = len(chosen) + np.arange(len(rest))
+    width = max(4, len(str(plan.num_batches - 1)))
+    ids = np.array([f"{req.bucket}-{r:0{width}d}" for r in rank], dtype=object)
+    lead = np.zeros(len(req), dtype=np.int64)
+    lead[first] = -1
+    order = np.lexsort((np.arange(len(req)), lead, rank[plan.batch_of]))
+    return BucketPlan(plan.batch_of, plan.seq_align, ids, order)

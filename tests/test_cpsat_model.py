@@ -77,3 +77,56 @@ def test_property_never_worse_than_heuristics(tmp_path_factory, reqs, limits, k)
         assert cp.solver["best_bound"] <= best * (1 + 1e-9)
         assert cp.objective == pytest.approx(best, rel=1e-9)
     assert cp.feasible == np.isfinite(best)
+
+
+# --- issue 20: the model is valid for every config the loader accepts -------------------------------
+
+from models.cpsat_model import VALID_STATUSES, ShapeModel  # noqa: E402
+from models.instance import Instance, group_bucket, model_space  # noqa: E402
+
+LIMIT_KEYS = ["p95_latency_ms", "p99_latency_ms", "max_latency_ms", "pad_ratio", "pad_tokens", "cost",
+              "sequential_time_ms"]
+
+
+def built_model(cfg, reqs):
+    inst = Instance(cfg, reqs)
+    space = model_space(cfg, np.asarray(inst.all_shapes), reqs, 64)
+    groups = {n: group_bucket(r, space.levels, 48, level=space.level_of(r)) for n, r in reqs.items()}
+    return ShapeModel(cfg, space, groups, cfg.objective.weight_map(), 1e9, reqs)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.dictionaries(st.sampled_from(LIMIT_KEYS), st.sampled_from([0, 1e-300, 1e-6, 1, 10, 1e4, 1e9, 1e15, 1e300]),
+                       min_size=1, max_size=4),
+       st.sampled_from([{}, {"prefill_length": "request", "decode_context": "batch", "prompt_pad": "request",
+                             "first_use_ms": 1500, "compile_in_bucket_cost": True}]))
+def test_model_valid_for_limits_from_loose_to_absurd(tmp_path_factory, limits, semantics):
+    """Right-hand sides of 0, 1 and a million times below reachable, and absurdly loose ones: the model
+    validates (no int64 overflow) and CP-SAT answers with a regular status."""
+    from solver.pipeline import load_all
+
+    rng = np.random.default_rng(len(limits))
+    tmp = tmp_path_factory.mktemp("ovf")
+    path = make_config(tmp, {"a": rows_from(rng.integers(20, 901, 30), rng.integers(5, 301, 30))}, {"a": limits},
+                       shapes={"max_unique": 4}, batching={"max_batch_size": 16}, cost_model=semantics,
+                       solver={"log_progress": False})
+    cfg = load(path)
+    model = built_model(cfg, load_all(cfg))
+    assert model.model.validate() == ""
+    sol = model.solve(1.0, 2, 0, progress=False)
+    assert sol.status in VALID_STATUSES
+
+
+def test_issue20_repro_ends_with_the_models_own_status(tmp_path):
+    """120 requests, 4 shapes, batches of 16, sequential_time_ms 10 (least reachable about 2e4 ms)."""
+    from solver.pipeline import solve as run
+
+    rng = np.random.default_rng(1)
+    path = make_config(tmp_path, {"a": rows_from(rng.integers(20, 901, 120), rng.integers(5, 301, 120))},
+                       {"a": {"sequential_time_ms": 10}}, shapes={"max_unique": 4}, batching={"max_batch_size": 16},
+                       solver={"log_progress": False, "time_limit_s": 3})
+    res = run(load(path), ("cpsat",))
+    info = res.results["cpsat"].solver
+    assert info["model_status"] in VALID_STATUSES and "model_error" not in info
+    assert not res.results["cpsat"].feasible
+    assert info["best_bound"] is None and info["gap"] is None     # no cost bound beside a plan breaking limits

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
+import math
 import sys
 from pathlib import Path
 
@@ -10,19 +12,67 @@ from models.config import load_config
 from models.errors import InputError
 from solver.explain import explain_infeasible
 from solver.pipeline import METHODS, solve
+from solver import stop
+from solver.commands.output import SwapError, add_files, check_out_dir, protected_paths, write_outputs
 from solver.commands.engine_import import load_baselines
-from solver.commands.report import build_report, summary_table, write_outputs
+from solver.commands.report import build_report, summary_table
+
+
+class Parser(argparse.ArgumentParser):
+    """A usage error is bad input: one message and exit 1 (argparse's own default is 2, the code for
+    limits that cannot be met)."""
+
+    def error(self, message):
+        raise InputError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def command(main):
+    """Every command: bad input is one line and exit 1; Ctrl-C outside the search is exit 130."""
+    @functools.wraps(main)
+    def run(argv=None) -> int:
+        try:
+            return main(argv)
+        except InputError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            return 130
+    return run
+
+
+def seconds(text: str) -> float:
+    """A --time-limit value: a finite number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number of seconds > 0")
+    return value
+
+
+def count(text: str) -> int:
+    """A --jobs value: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 0 <= value <= 4096:
+        raise argparse.ArgumentTypeError(f"{text!r} must be between 0 and 4096")
+    return value
 
 
 def setup_logging(quiet: bool = False) -> None:
     logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, format="%(message)s", stream=sys.stderr)
 
 
+@command
 def solve_main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="solve.py", description="Plan static shapes and batches for LLM traces.")
+    p = Parser(prog="solve.py", description="Plan static shapes and batches for LLM traces.")
     p.add_argument("config")
     p.add_argument("--method", default="cpsat", choices=list(METHODS) + ["all"])
-    p.add_argument("--time-limit", type=float, default=None, help="overrides solver.time_limit_s")
+    p.add_argument("--time-limit", type=seconds, default=None, help="overrides solver.time_limit_s")
     p.add_argument("--out", default=None, help="overrides output.dir")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG pictures")
@@ -34,35 +84,51 @@ def solve_main(argv=None) -> int:
                         "jetstream, maxtext-offline, json; repeatable)")
     args = p.parse_args(argv)
     setup_logging(args.quiet)
+    stop.install()
     try:
-        if args.time_limit is not None and args.time_limit <= 0:
-            raise InputError(f"--time-limit={args.time_limit!r} must be > 0")
+        return solve_run(args)
+    finally:
+        stop.uninstall()
+
+
+def solve_run(args) -> int:
+    writing = False
+    try:
         if args.export:
             from solver.commands.export import parse_formats
             parse_formats(args.export)
         cfg = load_config(args.config)
+        out = check_out_dir(Path(args.out) if args.out else cfg.output.dir, protected_paths(cfg))
         methods = METHODS if args.method == "all" else (args.method,)
         baselines = load_baselines(args.baseline_from, cfg) if args.baseline_from else None
         res = solve(cfg, methods, args.time_limit, baselines=baselines)
-        out = Path(args.out).resolve() if args.out else cfg.output.dir
         report = build_report(res)
         lead = res.lead
         if not lead.feasible:
             report["infeasibility"] = explain_infeasible(res.config, res.requests, lead)
+        writing = True
         write_outputs(res, out, report)
-        if not args.no_plots:
-            write_pictures(res, lead.method, out)
-        exported = export_lead(res, lead, args.export, out) if args.export else []
-    except InputError as exc:
+    except SwapError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("interrupted before any plan was ready: nothing written", file=sys.stderr)
-        return 1
+        if writing:
+            print(f"interrupted while writing: {out} keeps its previous set", file=sys.stderr)
+        else:
+            print("interrupted before any plan was ready: nothing written", file=sys.stderr)
+        return 130
+    exported = []
+    if stop.requested():
+        print("note: pictures and exports skipped (stopped)", file=sys.stderr)
+    else:
+        if not args.no_plots:
+            add_files(out, lambda folder: write_pictures(res, lead.method, folder), "pictures")
+        if args.export:
+            add_files(out, lambda folder: export_lead(res, lead, args.export, folder, exported), "exports")
     print(summary_table(res))
     print(f"\nplans and report written to {out}")
     for fmt, path, note in exported:
-        print(f"exported {fmt}: {path}\n  {note}")
+        print(f"exported {fmt}: {out / path.relative_to(path.parents[1])}\n  {note}")
     if lead.solver.get("interrupted"):
         print("note: the search was stopped early; the plan is the best found so far (verified)")
     if not lead.feasible:
@@ -73,37 +139,44 @@ def solve_main(argv=None) -> int:
     return 0
 
 
-def export_lead(res, lead, formats: str, out: Path) -> list:
+def export_lead(res, lead, formats: str, out: Path, done: list) -> list[Path]:
+    """Export the lead plan into `out/export`; (format, path, note) appended to `done`; the paths."""
     from solver.commands.export import export, parse_formats
 
-    done = []
+    paths = []
     for fmt in parse_formats(formats):
         path, note = export(res.config, res.requests, lead.plans, fmt, out / "export")
-        done.append((fmt, path, note))
-    return done
+        done.append((fmt, Path(path), note))
+        paths.append(Path(path))
+    return paths
 
 
-def write_pictures(res, method: str, out: Path) -> None:
+def write_pictures(res, method: str, out: Path) -> list[Path]:
     """Next to the report: the lead method's layout per bucket, and the method comparison."""
     from solver.commands.plots import bucket_layout, method_comparison
 
     r = res.results[method]
+    made = []
     for name, plan in r.plans.items():
-        bucket_layout(f"{name} ({method})", res.requests[name], plan, out / f"{name}.png")
+        made.append(out / f"{name}.png")
+        bucket_layout(f"{name} ({method})", res.requests[name], plan, made[-1])
     if len(res.results) > 1:
-        method_comparison(res.results, out / "methods.png")
+        made.append(out / "methods.png")
+        method_comparison(res.results, made[-1])
+    return made
 
 
+@command
 def sweep_main(argv=None) -> int:
     from solver.commands.sweep import parse_sets, run_sweep, write_sweep
 
-    p = argparse.ArgumentParser(prog="sweep.py", description="Re-solve over a grid of config values.")
+    p = Parser(prog="sweep.py", description="Re-solve over a grid of config values.")
     p.add_argument("config")
     p.add_argument("--set", action="append", default=[], metavar="KEY=V1,V2,...",
                    help="dotted config key and its values (repeatable: the grid is every combination)")
     p.add_argument("--method", default="cpsat", choices=list(METHODS))
-    p.add_argument("--time-limit", type=float, default=None, help="per point, overrides solver.time_limit_s")
-    p.add_argument("--jobs", type=int, default=0, help="points solved at once (default: one per core)")
+    p.add_argument("--time-limit", type=seconds, default=None, help="per point, overrides solver.time_limit_s")
+    p.add_argument("--jobs", type=count, default=0, help="points solved at once (default: one per core)")
     p.add_argument("--out", default=None, help="folder for sweep.csv and PNGs (default output.dir/sweep)")
     args = p.parse_args(argv)
     setup_logging()
@@ -129,12 +202,13 @@ def pd_options():
     return pd.option_context("display.float_format", "{:.4g}".format, "display.width", 160)
 
 
+@command
 def export_main(argv=None) -> int:
     from solver.commands.export import FORMATS, export, parse_formats
     from solver.pipeline import load_all
     from solver.verify import verify_dir
 
-    p = argparse.ArgumentParser(prog="export.py", description="Export a verified plan to serving-engine formats.")
+    p = Parser(prog="export.py", description="Export a verified plan to serving-engine formats.")
     p.add_argument("plan_dir", help="a method folder (out/x/cpsat) or an output folder (its cpsat plans)")
     p.add_argument("--format", required=True, help=f"one of {', '.join(FORMATS)}, a comma list, or all")
     p.add_argument("--config", default=None, help="the config the plan was made for (default: from report.json)")
@@ -175,10 +249,11 @@ def config_from_report(plan_dir: Path) -> str:
     raise InputError(f"{plan_dir}: no report.json beside the plans to name the config; pass --config")
 
 
+@command
 def calibrate_main(argv=None) -> int:
     from solver.commands.calibrate import calibrate, residual_plot, yaml_block
 
-    p = argparse.ArgumentParser(prog="calibrate.py", description="Fit the cost model to measured timings.")
+    p = Parser(prog="calibrate.py", description="Fit the cost model to measured timings.")
     p.add_argument("profile", help="CSV with columns phase, seq_len and ms and/or cost")
     p.add_argument("--out", default=None, help="folder for cost_model.yaml and residuals.png "
                    "(default out/calibrate/<profile name>)")
@@ -203,12 +278,13 @@ def calibrate_main(argv=None) -> int:
     return 0
 
 
+@command
 def verify_main(argv=None) -> int:
     from solver.pipeline import evaluate, load_all
     from models.instance import Instance
     from solver.verify import verify_dir
 
-    p = argparse.ArgumentParser(prog="verify.py", description="Re-check plans written earlier against a config.")
+    p = Parser(prog="verify.py", description="Re-check plans written earlier against a config.")
     p.add_argument("config")
     p.add_argument("plan_dir")
     args = p.parse_args(argv)
@@ -223,7 +299,7 @@ def verify_main(argv=None) -> int:
         for e in errors:
             print(f"INVALID: {e}")
         return 1
-    r = evaluate(Instance(cfg, reqs), Path(args.plan_dir).name, plans, 0.0)
+    r = evaluate(Instance(cfg, reqs), Path(args.plan_dir).name, plans, 0.0, place=False)
     for name, m in r.metrics.items():
         print(f"{name}: cost {m.cost:.6g}  pad_ratio {m.pad_ratio:.4f}  pad_tokens {m.pad_tokens}  "
               f"p95 {m.p95_latency_ms:.1f} ms  p99 {m.p99_latency_ms:.1f} ms  seq {m.sequential_time_ms:.6g} ms  "
@@ -235,12 +311,13 @@ def verify_main(argv=None) -> int:
     return 0 if r.feasible else 2
 
 
+@command
 def analyze_main(argv=None) -> int:
     from models.instance import Instance
     from solver.commands.analyze import analyze
     from solver.pipeline import load_all
 
-    p = argparse.ArgumentParser(prog="analyze.py", description="Profile traces and print pre-search bounds.")
+    p = Parser(prog="analyze.py", description="Profile traces and print pre-search bounds.")
     p.add_argument("config")
     p.add_argument("--out", default=None, help="folder for histogram PNGs (default output.dir/analysis)")
     args = p.parse_args(argv)
