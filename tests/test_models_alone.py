@@ -1,0 +1,288 @@
+"""The CP-SAT model, the pair model and the post-processor each on their own, against brute force.
+
+`solver.pipeline.solve` returns the best of CP-SAT, every heuristic and the polish, which hides a
+wrong model. Here each model is built and solved directly over every candidate shape, its solution
+turned into batches by its own post-processor, and the plan judged only by tests.brute.plan_value
+(spec sections 4, 4b and 5 from scratch, via tests.helpers.recompute), never by solver/verify.py.
+Every limit case first checks that the limit binds: the unconstrained brute-force optimum breaks it.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from models.cpsat_model import ShapeModel
+from models.instance import Instance, group_bucket
+from models.pair_model import PairModel
+from solver.pipeline import load_all
+from solver.polish import pairs_to_plan
+from solver.postprocess import classes_to_plan
+from tests.brute import (BucketAssignment, brute_force, broken_limits, objective_of, plan_metrics, plan_value,
+                         validity_errors)
+from tests.helpers import load, make_config, rows_from
+
+TIME_LIMIT_S = 20          # the tiny models prove optimality in well under a second
+REL = 1e-9
+
+
+# --- the model-building calls: the only place that knows the constructors' signatures --------------
+
+def cpsat_alone(cfg, reqs, scale_ref: float):
+    """CP-SAT model over every candidate shape, solved alone; (solution, plan per bucket)."""
+    inst = Instance(cfg, reqs)
+    shapes = np.asarray(inst.all_shapes, dtype=np.int64)
+    groups = {n: group_bucket(r, shapes, cfg.solver.gen_caps) for n, r in reqs.items()}
+    model = ShapeModel(cfg, shapes, groups, cfg.objective.weight_map(), scale_ref)
+    sol = model.solve(TIME_LIMIT_S, cfg.solver.workers, cfg.solver.seed, progress=False)
+    if sol.objective is None:
+        return sol, None
+    plans = {n: classes_to_plan(cfg, reqs[n], shapes, groups[n], sol.v[n], sol.m[n]) for n in groups}
+    return sol, {n: as_assignment(p) for n, p in plans.items()}
+
+
+def pair_alone(cfg, reqs, reference: float):
+    """Pair model over every candidate shape with every pair written, as a MIP; (scipy result,
+    model value, plan per bucket)."""
+    inst = Instance(cfg, reqs)
+    shapes = np.asarray(inst.all_shapes, dtype=np.int64)
+    classes = {n: group_bucket(r, shapes, cfg.solver.gen_caps) for n, r in reqs.items()}
+    model = PairModel(cfg, inst.costs, shapes, reqs, cfg.objective.weight_map(), classes, reference)
+    for b in model.buckets.values():
+        g, c = np.meshgrid(np.arange(len(b.n)), np.arange(b.num_classes), indexing="ij")
+        ok = (b.ci[c] >= b.gi[g]) & (b.cj[c] >= b.gj[g])
+        b.add_pairs(g[ok], c[ok])
+    res, _, layout = model.solve(TIME_LIMIT_S, integral=True)
+    if res.x is None:
+        return res, None, None
+    plans = {n: pairs_to_plan(cfg, b, res.x[layout[n][0]:layout[n][0] + len(b.pg)]) for n, b in model.buckets.items()}
+    return res, model.value(res), {n: as_assignment(p) for n, p in plans.items()}
+
+
+def postprocess_alone(cfg, reqs, assignment):
+    """classes_to_plan fed the class counts of a given plan, counted here from scratch: (v, m) per
+    bucket on the model's levels (shape level = index of the batch's shape among the candidates, gen
+    level = index of the batch's longest gen among the bucket's distinct gens)."""
+    inst = Instance(cfg, reqs)
+    shapes = np.asarray(inst.all_shapes, dtype=np.int64)
+    out = {}
+    for name, req in reqs.items():
+        groups = group_bucket(req, shapes, cfg.solver.gen_caps)
+        caps = sorted(set(int(g) for g in req.gen))
+        assert groups.caps.tolist() == caps            # exact gen levels on these tiny traces
+        a = assignment[name]
+        v = np.zeros((len(shapes), len(caps)), dtype=np.int64)
+        m = np.zeros_like(v)
+        for r, b in enumerate(a.batch_of):
+            members = [x for x, bb in enumerate(a.batch_of) if bb == b]
+            i = shapes.tolist().index(int(a.seq_align[b]))
+            v[i, caps.index(int(req.gen[r]))] += 1
+            m[i, caps.index(max(int(req.gen[x]) for x in members))] += 1
+        out[name] = as_assignment(classes_to_plan(cfg, req, shapes, groups, v, m))
+    return out
+
+
+def as_assignment(plan) -> BucketAssignment:
+    return BucketAssignment([int(b) for b in plan.batch_of], [int(s) for s in plan.seq_align])
+
+
+# --- instances ------------------------------------------------------------------------------------
+
+def config(tmp_path, buckets, limits=None, k=2, batch=3, tokens=None, **sections):
+    """cfg and loaded requests for buckets {name: (prompts, gens)}."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    rows = {name: rows_from(p, g, prefix=name) for name, (p, g) in buckets.items()}
+    shapes = {"max_unique": k, "granularity": 64} | sections.pop("shapes", {})
+    batching = {"max_batch_size": batch} | ({"max_batch_tokens": tokens} if tokens else {})
+    path = make_config(tmp_path, rows, limits or {}, shapes=shapes, batching=batching,
+                       solver={"time_limit_s": TIME_LIMIT_S, "workers": 2, "log_progress": False}, **sections)
+    cfg = load(path)
+    return cfg, load_all(cfg)
+
+
+SIX = ([40, 100, 130, 60, 250, 190], [10, 12, 30, 10, 5, 40])
+LAT = ([150, 100, 700, 100, 150], [26, 22, 4, 2, 34])       # unconstrained max latency 602 ms, optimum 537 ms
+CHEAP_COMPILE = {"cost_model": {"compile_cost": [1.0e7, 0, 100]}}
+
+# name: (buckets, limits, k, batch, tokens, extra config sections)
+CASES = {
+    "p95": ({"a": LAT}, {"a": {"p95_latency_ms": 560}}, 2, 3, None, {}),
+    "p99": ({"a": LAT}, {"a": {"p99_latency_ms": 560}}, 2, 3, None, {}),
+    "max_latency": ({"a": LAT}, {"a": {"max_latency_ms": 560}}, 2, 3, None, {}),
+    "pad_ratio": ({"a": SIX}, {"a": {"pad_ratio": 0.5}}, 2, 3, None, {}),
+    "pad_ratio_cheap_compile": ({"a": SIX}, {"a": {"pad_ratio": 0.46}}, 2, 3, None, CHEAP_COMPILE),
+    "pad_tokens": ({"a": SIX}, {"a": {"pad_tokens": 500}}, 2, 3, None, {}),
+    "pad_tokens_at_optimum": ({"a": SIX}, {"a": {"pad_tokens": 389}}, 2, 3, None, {}),
+    "pad_tokens_smaller": ({"a": SIX}, {"a": {"pad_tokens": 400, "pad_ratio": 0.6}}, 2, 3, None, CHEAP_COMPILE),
+    "pad_ratio_smaller": ({"a": SIX}, {"a": {"pad_tokens": 600, "pad_ratio": 0.46}}, 2, 3, None, CHEAP_COMPILE),
+    "equal_gens": ({"a": ([40, 100, 130, 250, 190, 60], [10] * 6)}, {"a": {"pad_ratio": 0.3}}, 3, 3, None,
+                   CHEAP_COMPILE),
+    "cost": ({"a": SIX}, {"a": {"cost": 1.65e8}}, 2, 3, None, {}),
+    "sequential_time": ({"a": SIX}, {"a": {"sequential_time_ms": 900}}, 2, 3, None, {}),
+    "sequential_time_tight": ({"a": SIX}, {"a": {"sequential_time_ms": 850}}, 2, 3, None, {}),
+    "max_batch_tokens": ({"a": SIX}, {}, 2, 3, 700, {}),
+    "two_buckets": ({"a": ([40, 100, 250], [10, 12, 5]), "b": ([60, 130, 190], [10, 30, 40])},
+                    {"a": {"pad_ratio": 0.4}}, 2, 3, None, CHEAP_COMPILE),   # a's limit changes b's shapes
+    "two_buckets_seq": ({"a": ([40, 100, 250], [10, 12, 5]), "b": ([60, 130, 190], [10, 30, 40])},
+                        {"a": {"sequential_time_ms": 290}, "b": {"pad_tokens": 150}}, 3, 2, None, {}),
+    "candidates": ({"a": ([40, 100, 130, 60, 250], [10, 12, 30, 10, 5])}, {}, 2, 3, None,
+                   {"shapes": {"candidates": [128, 320, 448]}}),
+    "candidates_pad": ({"a": ([40, 100, 130, 60, 250], [10, 12, 30, 10, 5])}, {"a": {"pad_ratio": 1.0}}, 2, 3, None,
+                       {"shapes": {"candidates": [64, 128, 320, 448]}}),
+    "weights": ({"a": SIX}, {}, 2, 3, None,
+                {"objective": {"weights": {"cost": 1.0, "sequential_time_ms": 2.0e5, "pad_tokens": 1.0e5}}}),
+    "minimize_sequential_time": ({"a": SIX}, {"a": {"pad_ratio": 0.6}}, 2, 3, None,
+                                 {"objective": {"minimize": "sequential_time_ms"}}),
+    "minimize_pad_tokens": ({"a": SIX}, {"a": {"sequential_time_ms": 1000}}, 2, 3, None,
+                            {"objective": {"minimize": "pad_tokens"}}),
+}
+# cases whose limits or objective must change the answer: the unconstrained / cost-only optimum breaks
+# a limit (or is worse under the objective given)
+LIMIT_CASES = [n for n in CASES if n not in ("candidates", "weights")]
+
+
+def build(tmp_path, name):
+    buckets, limits, k, batch, tokens, sections = CASES[name]
+    return config(tmp_path, buckets, limits, k, batch, tokens, **{key: dict(v) for key, v in sections.items()})
+
+
+def loose(tmp_path, name):
+    """The same instance without any limit (and without max_batch_tokens)."""
+    buckets, _, k, batch, _, sections = CASES[name]
+    return config(tmp_path / "loose", buckets, {}, k, batch, None, **{key: dict(v) for key, v in sections.items()})
+
+
+def assert_plan_meets_brute_force(cfg, reqs, assignment, best, label):
+    assert validity_errors(cfg, reqs, assignment) == [], label
+    feasible, value = plan_value(cfg, reqs, assignment)
+    broken = broken_limits(cfg, plan_metrics(cfg, reqs, assignment))
+    assert feasible, f"{label}: the plan breaks {broken}"
+    assert value == pytest.approx(best.objective, rel=REL), f"{label}: objective {value} vs brute force {best.objective}"
+
+
+# --- the tests ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", LIMIT_CASES)
+def test_limit_binds(tmp_path, name):
+    """The instance is a test of its limits: without them the optimum breaks one, with them an
+    optimum exists and costs more."""
+    cfg, reqs = build(tmp_path, name)
+    best = brute_force(cfg, reqs)
+    free = brute_force(*loose(tmp_path, name))
+    assert best.feasible and free.feasible
+    if cfg.batching.max_batch_tokens:
+        assert validity_errors(cfg, reqs, free.assignment)     # the loose optimum overfills a batch
+    else:
+        assert broken_limits(cfg, free.metrics)
+    assert best.objective > free.objective * (1 + 1e-6)
+
+
+def test_weights_change_the_answer(tmp_path):
+    cfg, reqs = build(tmp_path, "weights")
+    best = brute_force(cfg, reqs)
+    cost_only = brute_force(*config(tmp_path / "c", *CASES["weights"][:5]))
+    _, weighted_value_of_cost_optimum = plan_value(cfg, reqs, cost_only.assignment)
+    assert best.objective < weighted_value_of_cost_optimum * (1 - 1e-6)
+
+
+def test_candidates_are_used_as_given(tmp_path):
+    cfg, reqs = build(tmp_path, "candidates")
+    best = brute_force(cfg, reqs)
+    used = set().union(*[set(m["shapes"]) for m in best.metrics.values()])
+    assert used <= {128, 320, 448} and 320 in used          # 256 (the auto shape of 250) is not allowed
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_cpsat_model_alone_equals_brute_force(tmp_path, name):
+    cfg, reqs = build(tmp_path, name)
+    best = brute_force(cfg, reqs)
+    sol, plans = cpsat_alone(cfg, reqs, best.objective)
+    assert sol.status == "OPTIMAL"
+    assert_plan_meets_brute_force(cfg, reqs, plans, best, "cpsat")
+    assert sol.bound <= best.objective * (1 + REL)
+    assert sol.objective <= best.objective * (1 + REL)           # the model never overprices a plan
+    assert sol.objective == pytest.approx(best.objective, rel=1e-6)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_pair_model_alone_equals_brute_force(tmp_path, name):
+    cfg, reqs = build(tmp_path, name)
+    best = brute_force(cfg, reqs)
+    res, value, plans = pair_alone(cfg, reqs, best.objective)
+    assert res.status == 0, res.message
+    assert_plan_meets_brute_force(cfg, reqs, plans, best, "pair")
+    assert value == pytest.approx(best.objective, rel=1e-6)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_postprocess_realizes_the_optimum_counts(tmp_path, name):
+    """Fed the class counts of the brute-force optimum, classes_to_plan builds a plan at least as good."""
+    cfg, reqs = build(tmp_path, name)
+    best = brute_force(cfg, reqs)
+    plans = postprocess_alone(cfg, reqs, best.assignment)
+    assert_plan_meets_brute_force(cfg, reqs, plans, best, "postprocess")
+
+
+def test_infeasible_limit_makes_no_cost_claim(tmp_path):
+    """No plan meets the limit: the CP-SAT and pair models still return a plan, breaking it, and their
+    objective carries the slack penalty (far above the plan's own objective), so it is not a cost."""
+    cfg, reqs = config(tmp_path, {"a": SIX}, {"a": {"sequential_time_ms": 100}})
+    assert not brute_force(cfg, reqs).feasible
+    free = brute_force(*loose(tmp_path, "sequential_time"))
+    sol, plans = cpsat_alone(cfg, reqs, free.objective)
+    assert plans is not None and validity_errors(cfg, reqs, plans) == []
+    metrics = plan_metrics(cfg, reqs, plans)
+    assert broken_limits(cfg, metrics) == ["a.sequential_time_ms"]
+    assert sol.objective > 2 * objective_of(cfg, metrics)
+    assert sol.bound > free.objective                     # a bound of the penalized problem, not of cost
+    res, value, pair_plans = pair_alone(cfg, reqs, free.objective)
+    assert pair_plans is not None and validity_errors(cfg, reqs, pair_plans) == []
+    pair_metrics = plan_metrics(cfg, reqs, pair_plans)
+    assert broken_limits(cfg, pair_metrics) == ["a.sequential_time_ms"]
+    assert value > 2 * objective_of(cfg, pair_metrics)
+
+
+# --- the post-processors on a class holding more members than one batch --------------------------
+
+CHUNK = ([40, 60, 100, 120, 50], [10, 9, 8, 3, 1])
+CHUNKED = [[10, 9], [8, 3], [1]]            # batches of 2, from the longest gen down, all at shape 128
+
+
+def batches_by_gen(req, a):
+    members = {}
+    for r, b in enumerate(a.batch_of):
+        members.setdefault(b, []).append(int(req.gen[r]))
+    return sorted((sorted(g, reverse=True) for g in members.values()), reverse=True), set(a.seq_align)
+
+
+def test_classes_to_plan_chunks_a_class_from_its_longest_gen_down(tmp_path):
+    """Every request in class (top shape, top gen cap), 5 members, batches of 2: the chunks are
+    {10, 9}, {8, 3}, {1} (taking them in any other order makes a batch longer)."""
+    cfg, reqs = config(tmp_path, {"a": CHUNK}, {}, k=2, batch=2)
+    req = reqs["a"]
+    shapes = np.asarray(Instance(cfg, reqs).all_shapes, dtype=np.int64)
+    assert shapes.tolist() == [64, 128]
+    groups = group_bucket(req, shapes, cfg.solver.gen_caps)
+    v = np.zeros((2, 5), dtype=np.int64)
+    v[1, :] = 1                               # each gen level once, all lifted to shape 128
+    m = np.zeros_like(v)
+    m[1, 4] = 5                               # all in the class of cap 10
+    plan = as_assignment(classes_to_plan(cfg, req, shapes, groups, v, m))
+    assert validity_errors(cfg, reqs, {"a": plan}) == []
+    assert batches_by_gen(req, plan) == (CHUNKED, {128})
+
+
+def test_pairs_to_plan_chunks_a_class_from_its_longest_gen_down(tmp_path):
+    cfg, reqs = config(tmp_path, {"a": CHUNK}, {}, k=2, batch=2)
+    inst = Instance(cfg, reqs)
+    shapes = np.asarray(inst.all_shapes, dtype=np.int64)
+    classes = {"a": group_bucket(reqs["a"], shapes, cfg.solver.gen_caps)}
+    model = PairModel(cfg, inst.costs, shapes, reqs, cfg.objective.weight_map(), classes, 1e9)
+    b = model.buckets["a"]
+    top = b.class_index[(1, 4)]               # shape 128, cap 10
+    b.add_pairs(np.arange(len(b.n)), np.full(len(b.n), top))
+    x = np.array([b.n[g] if c == top else 0 for g, c in zip(b.pg, b.pc)])
+    plan = as_assignment(pairs_to_plan(cfg, b, x))
+    assert validity_errors(cfg, reqs, {"a": plan}) == []
+    assert batches_by_gen(reqs["a"], plan) == (CHUNKED, {128})
