@@ -1,10 +1,15 @@
 #!/usr/bin/env python
 """Thin wrapper: see solver.commands.cli.solve_main."""
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from solver.commands.cli import solve_main  # noqa: E402
+try:                                     # Ctrl-C while starting up: no traceback
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from solver.commands.cli import solve_main
+except KeyboardInterrupt:
+    sys.stderr.write("interrupted\n")
+    sys.exit(130)
 
 if __name__ == "__main__":
     sys.exit(solve_main())

@@ -1,21 +1,16 @@
-"""The report (spec section 6), the summary table, and atomic writing of a complete output set."""
+"""The report (spec section 6) and the summary table; writing the output set is solver/commands/output.py."""
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import tempfile
 from dataclasses import asdict
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from models.plan import plan_lines
+from solver.commands.output import write_outputs  # noqa: F401 - re-exported for callers of the old place
 
 if TYPE_CHECKING:                       # no run-time import: the search never depends on its commands
     from solver.results import MethodResult, SolveResult
 
 METRIC_KEYS = ("cost", "pad_ratio", "pad_tokens", "p95_latency_ms", "p99_latency_ms", "max_latency_ms",
-               "sequential_time_ms", "num_batches")
+               "sequential_time_ms", "num_batches", "single_request_batches")
 
 
 def method_report(r: MethodResult) -> dict:
@@ -46,7 +41,7 @@ def build_report(res: SolveResult) -> dict:
 def summary_table(res: SolveResult) -> str:
     w = max([17] + [len(m) + 2 for m in res.results])           # current:<format> names are long
     head = f"{'method':<{w}}{'bucket':<12}{'cost':>11}{'pad%':>7}{'p95 ms':>9}{'p99 ms':>9}{'seq ms':>11}" \
-           f"{'batches':>8}{'shapes':>7}  limits"
+           f"{'batches':>8}{'1-req':>6}{'shapes':>7}  limits"
     rows = [head, "-" * len(head)]
     for method, r in res.results.items():
         for name, m in r.metrics.items():
@@ -56,6 +51,7 @@ def summary_table(res: SolveResult) -> str:
                 held = "(none set)"
             rows.append(f"{method:<{w}}{name:<12}{m.cost:>11.4g}{100 * m.pad_ratio:>7.1f}{m.p95_latency_ms:>9.0f}"
                         f"{m.p99_latency_ms:>9.0f}{m.sequential_time_ms:>11.4g}{m.num_batches:>8d}"
+                        f"{m.single_request_batches:>6d}"
                         f"{len(r.shapes):>7d}  {held}")
         extra = ""
         if r.solver:
@@ -64,51 +60,3 @@ def summary_table(res: SolveResult) -> str:
                     f"gap {100 * gap:.3f}%" if gap is not None else f"  status {r.solver['status']}"
         rows.append(f"{method:<{w}}{'TOTAL':<12}{r.total_cost:>11.4g}   shapes {r.shapes}{extra}")
     return "\n".join(rows)
-
-
-def write_outputs(res: SolveResult, out_dir: Path, report: dict) -> None:
-    """Write every plan and the report into a staging folder, then swap it in: a reader sees the
-    old complete set or the new complete set, never a mix or a half-written file."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=".staging-", dir=out_dir))
-    try:
-        cfg = res.config
-        for method, r in res.results.items():
-            (stage / method).mkdir()
-            for name, plan in r.plans.items():
-                text = plan_lines(name, res.requests[name].ids, plan, cfg.shapes.heads_align, cfg.shapes.hidden_align)
-                (stage / method / f"{name}.plan.jsonl").write_text(text)
-        (stage / "report.json").write_text(json.dumps(report, indent=2, default=_json_default))
-        for f in stage.rglob("*"):
-            if f.is_file():
-                with open(f, "rb") as fh:
-                    os.fsync(fh.fileno())
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
-    swap_in(stage, out_dir)
-
-
-def swap_in(stage: Path, out_dir: Path) -> None:
-    trash = Path(tempfile.mkdtemp(prefix=".old-", dir=out_dir))
-    old_report = out_dir / "report.json"
-    if old_report.exists():
-        os.replace(old_report, trash / "report.json")   # no report while plans change: nothing looks valid
-    for item in sorted(stage.iterdir()):
-        if item.name == "report.json":
-            continue
-        target = out_dir / item.name
-        if target.exists():
-            os.replace(target, trash / item.name)
-        os.replace(item, target)
-    os.replace(stage / "report.json", old_report)
-    shutil.rmtree(stage, ignore_errors=True)
-    shutil.rmtree(trash, ignore_errors=True)
-
-
-def _json_default(o):
-    if hasattr(o, "item"):
-        return o.item()
-    if isinstance(o, Path):
-        return str(o)
-    raise TypeError(f"not JSON serializable: {type(o)}")
