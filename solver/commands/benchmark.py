@@ -2,7 +2,10 @@
 
 Every entry runs in its own process, so each peak-memory figure is that entry's alone. Results go to
 bench/results.csv (one row per entry and method), bench/results.md (the Markdown table the README
-quotes) and bench/size_sweep.png (time and memory against trace size).
+quotes) and bench/size_sweep.png (time and memory against trace size). Both results files name the
+commit they ran on (`git rev-parse HEAD`) and whether the work tree had changes (`git status`).
+Generated traces, configs and plans go under --work-dir (default: the repository's data/generated
+and out/bench).
 """
 from __future__ import annotations
 
@@ -24,8 +27,8 @@ SUITE = {
 }
 SIZES = (1_000, 10_000, 100_000, 1_000_000)
 STAGES = ("load", "bounds", "heuristics", "cpsat", "polish", "postprocess", "verify")
-COLUMNS = ("run", "entry", "requests", "method", "objective", "total_cost", "best_bound", "gap", "vs_cpsat",
-           "limits_hold", "status", "method_s") + tuple(f"{s}_s" for s in STAGES) + ("wall_s", "peak_mem_mib")
+COLUMNS = ("commit", "dirty", "run", "entry", "requests", "method", "objective", "total_cost", "best_bound", "gap",
+           "vs_cpsat", "limits_hold", "status", "method_s") + tuple(f"{s}_s" for s in STAGES) + ("wall_s", "peak_mem_mib")
 log = logging.getLogger(__name__)
 
 
@@ -37,17 +40,31 @@ def synthetic_trace(n: int, path: Path, seed: int) -> Path:
     return path
 
 
-def size_config(n: int) -> dict:
-    """The 1M config scaled to n requests (sequential-time limit proportional to n)."""
+def git_stamp(root: Path = ROOT) -> dict:
+    """{"commit": HEAD's hash, "dirty": the work tree has changes (tracked or untracked)}; "unknown"
+    and None outside a git checkout."""
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+        status = subprocess.run(["git", "-C", str(root), "status", "--porcelain"], capture_output=True, text=True,
+                                check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": "unknown", "dirty": None}
+    return {"commit": head, "dirty": bool(status.strip())}
+
+
+def size_config(n: int, work: Path = ROOT) -> dict:
+    """The 1M config scaled to n requests (sequential-time limit proportional to n); its trace and
+    output dir under `work` (data/generated, out/bench)."""
     import yaml
 
     cfg = yaml.safe_load((ROOT / SUITE["1m"]).read_text())
     cfg["name"] = f"size_{n}"
-    trace = synthetic_trace(n, ROOT / "data" / "generated" / f"synthetic_{n}.csv", seed=11)
+    trace = synthetic_trace(n, work / "data" / "generated" / f"synthetic_{n}.csv", seed=11)
     cfg["buckets"][0]["requests"] = str(trace)
     limits = cfg["buckets"][0]["limits"]
     limits["sequential_time_ms"] = float(limits["sequential_time_ms"]) * n / 1_000_000
-    cfg["output"]["dir"] = str(ROOT / "out" / "bench" / f"size_{n}")
+    cfg["output"]["dir"] = str(work / "out" / "bench" / f"size_{n}")
     return cfg
 
 
@@ -102,11 +119,15 @@ def fmt(value, spec: str) -> str:
     return format(value, spec)
 
 
-def markdown(rows: list[dict]) -> str:
-    """Two tables: per entry (stage times, memory, CP-SAT's proof), then every method against CP-SAT."""
+def markdown(rows: list[dict], stamp: dict | None = None) -> str:
+    """The commit line, then two tables: per entry (stage times, memory, CP-SAT's proof), then every
+    method against CP-SAT."""
+    stamp = stamp or git_stamp()
+    tree = {True: "work tree with uncommitted changes", False: "clean work tree", None: "work tree unknown"}
+    head = [f"Run on commit `{stamp['commit']}` ({tree[stamp['dirty']]}).", ""]
     heads = ["entry", "requests", "load s", "bounds s", "heuristics s", "cpsat s", "polish s", "postprocess s", "verify s",
              "wall s", "peak MiB", "cpsat cost", "bound", "gap", "status"]
-    lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    lines = head + ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     for r in (r for r in rows if r["method"] == "cpsat"):
         gap = fmt(100 * r["gap"], ".2f") + "%" if r["gap"] is not None else "-"
         cells = [r["entry"], f"{r['requests']:,}"] + [fmt(r[f"{s}_s"], ".1f") for s in STAGES] + [
@@ -149,6 +170,8 @@ def parse_args(argv):
     p.add_argument("--time-limit", type=float, default=60.0, help="CP-SAT time limit per suite entry")
     p.add_argument("--size-time-limit", type=float, default=20.0, help="CP-SAT time limit per sweep size")
     p.add_argument("--out", type=Path, default=ROOT / "bench", help="where results.csv/.md/.png go")
+    p.add_argument("--work-dir", type=Path, default=ROOT, help="where generated traces (data/generated) and "
+                   "configs and plans (out/bench) go")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--methods", default="all", help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -160,9 +183,9 @@ def run_suite(args) -> list[dict]:
         if entry not in SUITE:
             raise SystemExit(f"error: --only {entry!r} must be one of {', '.join(SUITE)}")
         if entry == "1m":
-            synthetic_trace(1_000_000, ROOT / "data" / "generated" / "synthetic_1m.csv", seed=11)
+            synthetic_trace(1_000_000, args.work_dir / "data" / "generated" / "synthetic_1m.csv", seed=11)
         print(f"[bench] {entry}: {SUITE[entry]} (every method, CP-SAT {args.time_limit:g} s)", flush=True)
-        result = child(ROOT / SUITE[entry], "all", args.time_limit, ROOT / "out" / "bench" / entry)
+        result = child(ROOT / SUITE[entry], "all", args.time_limit, args.work_dir / "out" / "bench" / entry)
         rows += flatten("suite", entry, result)
     return rows
 
@@ -172,8 +195,8 @@ def run_sizes(args) -> list[dict]:
 
     rows = []
     for n in [int(float(s)) for s in args.sizes.split(",") if s]:
-        cfg = size_config(n)
-        path = ROOT / "out" / "bench" / f"size_{n}.yaml"
+        cfg = size_config(n, args.work_dir)
+        path = args.work_dir / "out" / "bench" / f"size_{n}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump(cfg))
         print(f"[bench] size {n:,}: cpsat, {args.size_time_limit:g} s", flush=True)
@@ -187,10 +210,11 @@ def main(argv=None) -> int:
         logging.basicConfig(level=logging.WARNING)
         print(json.dumps(run_entry(args.child, args.methods, args.time_limit, args.out)))
         return 0
-    rows = run_suite(args) + run_sizes(args)
+    stamp = git_stamp()
+    rows = [dict(stamp, **row) for row in run_suite(args) + run_sizes(args)]
     args.out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, args.out / "results.csv")
-    table = markdown(rows)
+    table = markdown(rows, stamp)
     (args.out / "results.md").write_text(table + "\n")
     size_plot(rows, args.out / "size_sweep.png")
     print(table)
