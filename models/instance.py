@@ -56,7 +56,7 @@ class Instance:
         self.requests = requests
         self.costs = Costs(cfg.cost_model)
         gran = cfg.shapes.granularity
-        prompts = np.concatenate([r.prompt for r in requests.values()])
+        prompts = np.concatenate([r.fit for r in requests.values()])      # the least seq_align each fits
         self.max_prompt = int(prompts.max())
         self.min_prompt_aligned = int(aligned(prompts.min(), gran))
         if isinstance(cfg.shapes.candidates, list):

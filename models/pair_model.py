@@ -55,7 +55,7 @@ class BucketPairs:
                  weights: dict[str, float], cls: BucketGroups, group_caps: int):
         self.req, self.shapes, self.caps = req, np.asarray(shapes), cls.caps
         grp = group_bucket(req, self.shapes, group_caps, keep_caps=cls.caps, keep_all=True)
-        d = class_data(cfg, costs, self.shapes, cls, limits)
+        d = class_data(cfg, costs, self.shapes, cls, limits, req)
         self.ci, self.cj = np.nonzero(d.capacity > 0)
         self.gi, gj = np.nonzero(grp.counts)
         self.group_caps = grp.caps
@@ -68,8 +68,10 @@ class BucketPairs:
         self.oh = cfg.cost_model.batch_overhead_cost
         self.obj_x = wc * self.cost + wp * self.tok                     # per member of a class
         self.obj_k = wc * self.oh + ws * self.lat                       # per batch of a class
-        self.constant = -wp * cls.real_tokens
-        self.rhs = limit_rhs(limits, cls)
+        self.constant = wc * d.cost_const + wp * d.pad_const
+        self.rhs = limit_rhs(limits, cls, d.pad_const)
+        if "cost" in self.rhs:
+            self.rhs["cost"] -= d.cost_const
         # per limit: (family summed, coefficient per class); family x = members, k = batches
         self.rows: dict[str, tuple[str, np.ndarray]] = {}
         if "sequential_time_ms" in self.rhs:
@@ -92,7 +94,7 @@ class BucketPairs:
 
     def request_groups(self) -> np.ndarray:
         """The fine group of every request."""
-        gi = np.searchsorted(self.shapes, self.req.prompt)
+        gi = np.searchsorted(self.shapes, self.req.fit)
         gen = self.group_caps[np.searchsorted(self.group_caps, self.req.gen)]
         return np.array([self.group_of[(a, b)] for a, b in zip(gi.tolist(), gen.tolist())], dtype=np.int64)
 

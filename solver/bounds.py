@@ -8,7 +8,7 @@ import numpy as np
 from models.config import Config
 from models.cost import percentile_nearest_rank
 from models.dp import shape_dp
-from models.instance import Instance
+from models.instance import Instance, aligned
 from models.requests import Requests
 
 
@@ -29,13 +29,17 @@ class BucketBounds:
 
 def levels_of(inst: Instance, req: Requests) -> np.ndarray:
     shapes = np.asarray(inst.all_shapes)
-    return np.searchsorted(shapes, req.prompt)
+    return np.searchsorted(shapes, req.fit)
 
 
 def least_padding(inst: Instance, req: Requests, k: int) -> tuple[int, list[int]]:
-    """Exact least pad tokens with k shapes: prompt padding by DP, gen padding 0 (one gen per batch)."""
+    """Exact least pad tokens with k shapes: prompt padding by DP (or, when padding counts to each request's
+    own aligned prompt, that fixed amount), gen padding 0 (one gen per batch)."""
     shapes = np.asarray(inst.all_shapes)
     lvl = levels_of(inst, req)
+    if inst.cfg.cost_model.prompt_pad == "request":
+        own = aligned(req.prompt, inst.cfg.shapes.granularity)
+        return int((own - req.prompt).sum()), sorted(int(x) for x in np.unique(shapes[lvl]))[-k:]
     counts = np.bincount(lvl, minlength=len(shapes)).astype(np.float64)
     # only levels this bucket occupies matter, plus nothing above its longest prompt
     top = int(lvl.max())
@@ -56,13 +60,19 @@ def least_batches(cfg: Config, inst: Instance, req: Requests) -> int:
 
 def bucket_bounds(inst: Instance, name: str) -> BucketBounds:
     cfg, costs, req = inst.cfg, inst.costs, inst.requests[name]
+    cm = cfg.cost_model
     own = np.asarray(inst.all_shapes)[levels_of(inst, req)]
+    a = aligned(req.prompt, cfg.shapes.granularity)
+    length = a if cm.prefill_length == "request" else own          # never above what any plan charges
+    context = a if cm.decode_context == "batch" else own
     pad, pad_shapes = least_padding(inst, req, cfg.shapes.max_unique)
-    lat = costs.latency(own, req.gen)
+    lat = costs.member_latency(length, context, req.gen)
     leaders = np.sort(req.gen)[::-1][:: cfg.batching.max_batch_size]
     nb = least_batches(cfg, inst, req)
-    seq = float(costs.latency(own.min(), leaders).sum())
-    cost = float(costs.per_request(own, req.gen).sum()) + nb * cfg.cost_model.batch_overhead_cost
+    seq = float(costs.member_latency(length.min(), context.min(), leaders).sum())
+    cost = float(costs.member_cost(length, context, req.gen).sum()) + nb * cm.batch_overhead_cost
+    if cm.compile_in_bucket_cost:      # at least the shape that holds the longest prompt
+        cost += float(costs.compile(own.max()))
     return BucketBounds(pad, pad / req.real_tokens, pad_shapes, nb, cost, percentile_nearest_rank(lat, 95),
                         percentile_nearest_rank(lat, 99), float(lat.max()), seq)
 
@@ -78,7 +88,7 @@ def objective_bound(inst: Instance, weights: dict[str, float] | None = None) -> 
     from solver.heuristics import weighted_shape_dp
 
     w = weights if weights is not None else inst.cfg.objective.weight_map()
-    _, value = weighted_shape_dp(inst, w)
+    _, value = weighted_shape_dp(inst, w, lower=True)
     overhead = sum(least_batches(inst.cfg, inst, r) for r in inst.requests.values())
     return value + w.get("cost", 0.0) * overhead * inst.cfg.cost_model.batch_overhead_cost
 

@@ -67,7 +67,7 @@ def exp_shapes(inst: Instance) -> list[int]:
 
 
 def rule_plan(inst: Instance, shapes: list[int], order: str = "arrival") -> dict[str, BucketPlan]:
-    return {b: plan_from_shape_choice(inst.cfg, r.gen, round_up(r.prompt, shapes), order)
+    return {b: plan_from_shape_choice(inst.cfg, r.gen, round_up(r.fit, shapes), order)
             for b, r in inst.requests.items()}
 
 
@@ -87,7 +87,7 @@ def baseline_exp(inst: Instance):
 
 def quantile_shapes(inst: Instance) -> list[int]:
     """Shapes at evenly spaced quantiles of all prompts, the top covering the longest."""
-    prompts = np.concatenate([r.prompt for r in inst.requests.values()])
+    prompts = np.concatenate([r.fit for r in inst.requests.values()])
     k = inst.cfg.shapes.max_unique
     qs = np.quantile(prompts, np.arange(1, k + 1) / k)
     return fit_candidates(inst, np.append(qs, inst.max_prompt))[-k:]
@@ -100,33 +100,61 @@ def greedy(inst: Instance):
 
 # --- dp -------------------------------------------------------------------------------------
 
-def weighted_shape_dp(inst: Instance, weights: dict[str, float]):
+def weighted_shape_dp(inst: Instance, weights: dict[str, float], lower: bool = False):
     """Shapes minimizing the weighted objective when each request rounds up and pays its own gen."""
-    per_count = weighted_shape_dp_counts(inst, weights)
+    per_count = weighted_shape_dp_counts(inst, weights, lower)
     return per_count[best_count(per_count)]
 
 
-def weighted_shape_dp_counts(inst: Instance, weights: dict[str, float]) -> dict[int, tuple[list[int], float]]:
-    """weighted_shape_dp's best set of exactly n shapes, for each n up to max_unique."""
+def weighted_shape_dp_counts(inst: Instance, weights: dict[str, float],
+                             lower: bool = False) -> dict[int, tuple[list[int], float]]:
+    """weighted_shape_dp's best set of exactly n shapes, for each n up to max_unique. Each request is
+    charged as if alone at the next shape up, its own gen, batch latency amortized over full batches.
+    Under spec 4b, prefill and prompt padding per request do not depend on the shape; decode from the
+    batch is charged from the shape (an estimate for plans) or, with `lower`, from the request's own
+    aligned prompt (never above what any plan pays: a valid lower bound)."""
     cfg, costs = inst.cfg, inst.costs
     levels = np.asarray(inst.all_shapes)
     a = np.zeros(len(levels)); b = np.zeros(len(levels)); c = np.zeros(len(levels))
     w_cost, w_pad, w_seq = (weights.get(k, 0.0) for k in ("cost", "pad_tokens", "sequential_time_ms"))
     cm = cfg.cost_model
+    per_b = cfg.batching.max_batch_size
     for req in inst.requests.values():
-        lvl = np.searchsorted(levels, req.prompt)
-        da, db, dc = quad_sum_coeffs(cm.decode_step_cost, req.gen)
-        la, lb, lc = quad_sum_coeffs(cm.decode_step_ms, req.gen)
-        per_b = cfg.batching.max_batch_size
-        ra = w_cost * (cm.prefill_cost[0] + da) - w_pad * req.prompt + \
-            w_seq * (cm.prefill_ms[0] + la + cm.batch_overhead_ms) / per_b
-        rb = w_cost * (cm.prefill_cost[1] + db) + w_pad + w_seq * (cm.prefill_ms[1] + lb) / per_b
-        rc = w_cost * (cm.prefill_cost[2] + dc) + w_seq * (cm.prefill_ms[2] + lc) / per_b
+        lvl = np.searchsorted(levels, req.fit)
+        own = align(req.prompt, cfg.shapes.granularity).astype(np.float64)
+        ra, rb, rc = (w_cost * x for x in shape_poly(cm.prefill_cost, cm.prefill_length == "request", own))
+        pa, pb, pc = shape_poly(cm.prefill_ms, cm.prefill_length == "request", own)
+        own_context = lower and cm.decode_context == "batch"
+        da, db, dc = decode_poly(cm.decode_step_cost, req.gen, own if own_context else None)
+        la, lb, lc = decode_poly(cm.decode_step_ms, req.gen, own if own_context else None)
+        ra = ra + w_cost * da + w_seq * (pa + la + cm.batch_overhead_ms) / per_b
+        rb = rb + w_cost * db + w_seq * (pb + lb) / per_b
+        rc = rc + w_cost * dc + w_seq * (pc + lc) / per_b
+        if cm.prompt_pad == "request":
+            ra = ra + w_pad * (own - req.prompt)
+        else:
+            ra, rb = ra - w_pad * req.prompt, rb + w_pad
         a += np.bincount(lvl, ra, minlength=len(levels))
         b += np.bincount(lvl, rb, minlength=len(levels))
         c += np.bincount(lvl, rc, minlength=len(levels))
     fixed = w_cost * costs.compile(levels)
     return shape_dp_counts(levels, a, b, c, fixed, cfg.shapes.max_unique)
+
+
+def shape_poly(coeffs, per_request: bool, own: np.ndarray):
+    """q(coeffs, L) as A + B v + C v^2 in the shape v: L = v, or (per request) L = own aligned prompt."""
+    if per_request:
+        value = coeffs[0] + coeffs[1] * own + coeffs[2] * own * own
+        return value, np.zeros_like(own), np.zeros_like(own)
+    return np.full_like(own, coeffs[0]), np.full_like(own, coeffs[1]), np.full_like(own, coeffs[2])
+
+
+def decode_poly(coeffs, gen: np.ndarray, own: np.ndarray | None):
+    """Q(coeffs, C, gen) as A + B v + C v^2 in the shape v: C = v, or C = own aligned prompt when given."""
+    A, B, C = quad_sum_coeffs(coeffs, gen)
+    if own is None:
+        return A, B, C
+    return A + B * own + C * own * own, np.zeros_like(own), np.zeros_like(own)
 
 
 def gen_runs(gens: np.ndarray, counts: np.ndarray, per_req: np.ndarray, per_batch: np.ndarray, cap: np.ndarray):
@@ -181,8 +209,11 @@ class LagrangeBatcher:
         w_cost = w.get("cost", 0.0) + lam.get("cost", 0.0)
         w_pad = w.get("pad_tokens", 0.0) + lam.get("pad", 0.0)
         w_seq = w.get("sequential_time_ms", 0.0) + lam.get("sequential_time_ms", 0.0)
-        lat = costs.latency(s, g)
-        per_req = w_cost * costs.per_request(s, g) + w_pad * (s + g)
+        cm = self.cfg.cost_model
+        lat = costs.member_latency(s, s, g)       # the slowest member: prefill and decode at most from s
+        prefill = 0.0 if cm.prefill_length == "request" else costs.member_cost(s, 0, 0)
+        per_req = w_cost * (costs.member_cost(0, s, g) - cm.prefill_cost[0] + prefill) + \
+            w_pad * ((0 if cm.prompt_pad == "request" else s) + g)
         for key in ("p95_latency_ms", "p99_latency_ms"):
             if key in lim:
                 per_req = per_req + lam.get(key, 0.0) * (lat > lim[key])
@@ -278,7 +309,7 @@ def dp_plans(inst: Instance, shapes: list[int], weights: dict[str, float]):
     """(rank key, plans) of the gen DP on a fixed shape set."""
     plans, metrics, limits = {}, {}, {}
     for name, req in inst.requests.items():
-        batcher = LagrangeBatcher(inst, name, round_up(req.prompt, shapes), weights)
+        batcher = LagrangeBatcher(inst, name, round_up(req.fit, shapes), weights)
         plans[name] = lagrange_search(batcher, lambda m: bucket_objective(m, weights))
         metrics[name] = bucket_metrics(inst.cfg, req, plans[name])
         limits[name] = batcher.limits

@@ -223,8 +223,6 @@ def test_baseline_arg_and_names(tmp_path):
 
 # --- every method plans under the rule --------------------------------------------------------
 
-@pytest.mark.xfail(reason="until every method's fit check reads req.fit (the parallel change to the optimizer); "
-                          "the verifier's engine check is what rejects the plans meanwhile", strict=False)
 @pytest.mark.parametrize("engine", ["neuron", "jetstream", "maxtext-offline"])
 def test_methods_plan_under_the_engine_rule(tmp_path, engine):
     from solver.pipeline import solve

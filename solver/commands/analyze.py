@@ -1,6 +1,7 @@
 """Trace profiles and the bounds that hold before any search."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,14 @@ def text_histogram(values: np.ndarray, bins: int = 12, width: int = 40) -> list[
             for i, c in enumerate(counts)]
 
 
+def pad_budget(limits: dict, real_tokens: int) -> int | None:
+    """The padding a bucket may have, in tokens: floor(min(pad_tokens, pad_ratio x real tokens))."""
+    budgets = [limits["pad_tokens"]] if "pad_tokens" in limits else []
+    if "pad_ratio" in limits:
+        budgets.append(limits["pad_ratio"] * real_tokens)
+    return math.floor(min(budgets) + 1e-9) if budgets else None
+
+
 def analyze(inst: Instance, png_dir: Path | None = None) -> list[str]:
     cfg = inst.cfg
     k = cfg.shapes.max_unique
@@ -48,7 +57,11 @@ def analyze(inst: Instance, png_dir: Path | None = None) -> list[str]:
                   f"  p95 latency >= {b.p95_latency_ms:.1f} ms, p99 >= {b.p99_latency_ms:.1f} ms, "
                   f"max >= {b.max_latency_ms:.1f} ms",
                   f"  sequential time >= {b.sequential_time_ms:.6g} ms"]
-        for key, limit in cfg.buckets[[x.name for x in cfg.buckets].index(name)].limits.items():
+        limits = dict(cfg.buckets[[x.name for x in cfg.buckets].index(name)].limits.items())
+        budget = pad_budget(limits, req.real_tokens)
+        if budget is not None:
+            lines.append(f"  pad budget {budget:,} tokens (of {req.real_tokens:,} real tokens)")
+        for key, limit in limits.items():
             least = getattr(b, key)
             verdict = "reachable alone" if least <= limit * (1 + 1e-12) else "CANNOT be met"
             lines.append(f"  limit {key} {limit:.6g}: least reachable {least:.6g}: {verdict}")

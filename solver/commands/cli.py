@@ -303,7 +303,7 @@ def verify_main(argv=None) -> int:
     for name, m in r.metrics.items():
         print(f"{name}: cost {m.cost:.6g}  pad_ratio {m.pad_ratio:.4f}  pad_tokens {m.pad_tokens}  "
               f"p95 {m.p95_latency_ms:.1f} ms  p99 {m.p99_latency_ms:.1f} ms  seq {m.sequential_time_ms:.6g} ms  "
-              f"batches {m.num_batches}  shapes {m.shapes}")
+              f"batches {m.num_batches} ({m.single_request_batches} of a single request)  shapes {m.shapes}")
         for k, ok in m.limits.items():
             print(f"  {k}: {getattr(m, k):.6g} {'<=' if ok else '>'} {r.limits_of[name][k]:.6g}  "
                   f"{'holds' if ok else 'BROKEN'}")
