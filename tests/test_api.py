@@ -21,7 +21,9 @@ def test_readme_example_runs(tmp_path, monkeypatch, capsys):
     scope = {}
     exec(compile(code, "README.md", "exec"), scope)
     out = capsys.readouterr().out
-    assert "cpsat" in out and "OPTIMAL" in out or "FEASIBLE" in out
+    assert "cpsat" in out and ("OPTIMAL" in out or "FEASIBLE" in out)
+    info = scope["info"]
+    assert info["status"] in ("OPTIMAL", "FEASIBLE") and f"{info['status']} {info['objective']}" in out
     result, cfg = scope["result"], scope["cfg"]
     plans, errors = verify_dir(cfg, result.requests, tmp_path / "out" / "api_example" / "cpsat")
     assert errors == []

@@ -7,7 +7,8 @@ from models.dp import best_count, shape_dp, shape_dp_counts
 from models.instance import Instance
 from models.requests import Requests
 from solver.heuristics import HEURISTICS, counts_to_try, dp_plans, pow2_shapes, weighted_shape_dp_counts
-from solver.pipeline import evaluate, rank_key
+from solver.pipeline import evaluate
+from tests.brute import BucketAssignment, broken_limits, limits_of, objective_of, plan_metrics
 from tests.helpers import load, make_config, recompute, rows_from
 
 
@@ -29,10 +30,32 @@ def test_every_heuristic_gives_a_valid_plan(tmp_path, method):
     assert len(res.shapes) <= 3
 
 
-def test_pow2_covers_longest_and_fits(tmp_path):
-    inst = instance(tmp_path, [10, 100, 300, 1000], [1, 1, 1, 1])
+SNAPPED = pytest.mark.xfail(strict=True, reason="issue 17: with candidates auto, pow2_shapes maps 256 and 512 onto "
+                            "the next occurring aligned prompt length (fit_candidates), so the baseline is not "
+                            "powers of two (spec 8)")
+
+
+@pytest.mark.parametrize("k,gran,expected", [
+    (3, 64, [64, 128, 1024]),                 # 256 and 512 dropped (the largest below the top), 1024 kept
+    pytest.param(8, 64, [64, 128, 256, 512, 1024], marks=SNAPPED),
+    (1, 64, [1024]),
+    pytest.param(3, 128, [128, 256, 1024], marks=SNAPPED),
+])
+def test_pow2_shapes_are_powers_of_two(tmp_path, k, gran, expected):
+    inst = instance(tmp_path, [10, 100, 300, 1000], [1, 1, 1, 1], shapes={"max_unique": k, "granularity": gran})
     shapes = pow2_shapes(inst)
-    assert shapes[-1] >= 1000 and len(shapes) <= 3 and all(s % 64 == 0 for s in shapes)
+    assert shapes == expected
+    assert all(s > 0 and s & (s - 1) == 0 for s in shapes)
+
+
+def test_baseline_rounds_up_to_powers_of_two_in_arrival_order(tmp_path):
+    """Each request at the smallest kept power of two holding it; batches per shape in arrival order."""
+    prompts, gens = [300, 10, 1000, 100, 700, 20, 900], [5, 1, 2, 3, 4, 6, 7]
+    inst = instance(tmp_path, prompts, gens, batching={"max_batch_size": 2})
+    plan = HEURISTICS["baseline"](inst)["a"]
+    assert plan.seq_align[plan.batch_of].tolist() == [1024, 64, 1024, 128, 1024, 64, 1024]
+    members = sorted(sorted(np.flatnonzero(plan.batch_of == b).tolist()) for b in range(plan.num_batches))
+    assert members == [[0, 2], [1, 5], [3], [4, 6]]
 
 
 def test_shape_dp_equals_brute_force():
@@ -62,8 +85,23 @@ def test_shape_dp_equals_brute_force():
             assert total == pytest.approx(float((a + counts * serve).sum() + fixed[np.isin(levels, chosen)].sum()))
 
 
+def test_best_count_is_the_least_total():
+    assert best_count({1: ([64], 5.0), 2: ([64, 128], 3.0), 3: ([64, 128, 192], 4.0)}) == 2
+    assert best_count({2: ([64, 128], 1.0), 4: ([64, 128, 192, 256], 7.0)}) == 2
+    assert counts_to_try(6) == [6, 5, 4, 3] and counts_to_try(5) == [5, 4, 3] and counts_to_try(1) == [1]
+
+
+def independent_rank(cfg, req, plan):
+    """(limits broken, total relative excess, objective) of a one-bucket plan, from recompute alone."""
+    metrics = plan_metrics(cfg, {"a": req}, {"a": BucketAssignment(plan.batch_of.tolist(), plan.seq_align.tolist())})
+    limits = limits_of(cfg)["a"]
+    excess = sum((metrics["a"][k] - v) / v for k, v in limits.items() if metrics["a"][k] > v)
+    return bool(broken_limits(cfg, metrics)), excess, objective_of(cfg, metrics)
+
+
 def test_dp_keeps_the_best_shape_count(tmp_path):
-    """dp tries the DP's best shape count and fewer; its plan ranks no worse than any count tried."""
+    """dp tries the DP's best shape count and fewer; its plan ranks no worse than the plan of any
+    count tried, every plan ranked from an independent recomputation."""
     rng = np.random.default_rng(5)
     prompts, gens = rng.integers(1, 2000, 160), rng.integers(1, 80, 160)
     for limit in (2.0e4, 3.0e4, 5.0e4):
@@ -71,9 +109,12 @@ def test_dp_keeps_the_best_shape_count(tmp_path):
                         shapes={"max_unique": 8, "granularity": 64}, batching={"max_batch_size": 32})
         weights = inst.cfg.objective.weight_map()
         per_count = weighted_shape_dp_counts(inst, weights)
-        best_n = best_count(per_count)
-        assert per_count[best_n][1] == min(total for _, total in per_count.values())
-        res = evaluate(inst, "dp", HEURISTICS["dp"](inst), 0.0)
-        for n in counts_to_try(best_n):
-            other = evaluate(inst, "dp", dp_plans(inst, per_count[n][0], weights)[1], 0.0)
-            assert rank_key(res) <= rank_key(other)
+        req = inst.requests["a"]
+        broken, excess, objective = independent_rank(inst.cfg, req, HEURISTICS["dp"](inst)["a"])
+        for n in counts_to_try(best_count(per_count)):
+            o_broken, o_excess, o_objective = independent_rank(inst.cfg, req, dp_plans(inst, per_count[n][0], weights)[1]["a"])
+            assert broken <= o_broken
+            if broken == o_broken:
+                assert excess <= o_excess * (1 + 1e-9) + 1e-12
+                if not broken:
+                    assert objective <= o_objective * (1 + 1e-9)

@@ -7,7 +7,7 @@ from solver.pipeline import evaluate, load_all, run_heuristic, solve
 from solver.heuristics import rule_plan
 from solver.polish import polish
 from solver.verify import verify_plans
-from tests.helpers import load, make_config, recompute, rows_from
+from tests.helpers import Q, load, make_config, q, recompute, rows_from
 
 
 def instance(tmp_path, prompts, gens, limits, k=3, batch=4, polish_share=0.5):
@@ -52,13 +52,15 @@ def test_polish_mixes_shapes_to_save_batches(tmp_path):
     request up to its own shape needs 4 batches, one shape for all needs 3 long ones)."""
     prompts, gens = [1000] * 13 + [50] * 11, [50] * 24
     inst = instance(tmp_path, prompts, gens, {}, k=2, batch=8)
-    limit = float(2 * inst.costs.latency(1024, 50) + inst.costs.latency(64, 50)) * (1 + 1e-9)
+    cm = inst.cfg.cost_model
+    latency = lambda s, g: q(cm.prefill_ms, s) + Q(cm.decode_step_ms, s, g) + cm.batch_overhead_ms
+    limit = float(2 * latency(1024, 50) + latency(64, 50)) * (1 + 1e-9)
     inst = instance(tmp_path, prompts, gens, {"sequential_time_ms": limit}, k=2, batch=8)
     start = evaluate(inst, "rounding", rule_plan(inst, [64, 1024], order="gen"), 0.0)
     assert not start.feasible and start.metrics["a"].num_batches == 4
     r = checked(inst, polish(inst, [64, 1024], start.plans, start.objective, 20.0))
     assert r.feasible and r.metrics["a"].num_batches == 3 and r.shapes == [64, 1024]
-    one_shape = 24 * float(inst.costs.per_request(1024, 50))
+    one_shape = 24 * (q(cm.prefill_cost, 1024) + Q(cm.decode_step_cost, 1024, 50))
     assert r.metrics["a"].cost < one_shape
 
 
