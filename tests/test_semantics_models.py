@@ -1,0 +1,129 @@
+"""The CP-SAT model alone (no heuristic or polish fallback) under the original task's semantics (spec 4b),
+against an exhaustive optimum that also tries every shape a batch may take and every placement of the
+first-use latency. Plans are judged only by tests.helpers.recompute (through tests.brute)."""
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from models.cpsat_model import ShapeModel
+from models.instance import Instance, group_bucket, model_space
+from solver.postprocess import classes_to_plan, place_first_use
+from tests.brute import BucketAssignment, broken_limits, objective_of, plan_metrics, plan_value
+from tests.helpers import set_partitions
+from tests.test_models_alone import config
+
+TASK = {"prefill_cost": [0, 4096, 2], "decode_step_cost": [0, 2048, 1], "compile_cost": [0, 8192, 500],
+        "prefill_ms": [0, 6.144, 0.002], "decode_step_ms": [0, 2.4576, 0.0012], "batch_overhead_cost": 1.0e7,
+        "batch_overhead_ms": 8, "prefill_length": "request", "decode_context": "batch", "prompt_pad": "request",
+        "first_use_ms": 1500, "compile_in_bucket_cost": True}
+PROMPTS, GENS = [40, 100, 130, 60, 250], [10, 12, 30, 10, 5]
+
+
+def placements(req, a: BucketAssignment):
+    """Every choice of which batch of each shape comes first and which member is its first line."""
+    by_shape = {}
+    for b, s in enumerate(a.seq_align):
+        by_shape.setdefault(s, []).append(b)
+    members = {b: [r for r in range(len(req)) if a.batch_of[r] == b] for b in range(len(a.seq_align))}
+    options = [[(b, r) for b in bs for r in members[b]] for bs in by_shape.values()]
+    for pick in itertools.product(*options):
+        lead_batches = [b for b, _ in pick]
+        rank = {b: i for i, b in enumerate(lead_batches + [b for b in range(len(a.seq_align)) if b not in lead_batches])}
+        ids = [f"x-{rank[b]:04d}" for b in range(len(a.seq_align))]
+        leads = {r for _, r in pick}
+        order = sorted(range(len(req)), key=lambda r: (rank[a.batch_of[r]], r not in leads, r))
+        yield BucketAssignment(a.batch_of, a.seq_align, order, ids)
+
+
+def brute_force_4b(cfg, reqs):
+    """Least objective over every shape set, partition, shape per batch (any chosen one that holds it) and
+    first-use placement; one bucket."""
+    (name, req), = reqs.items()
+    gran = cfg.shapes.granularity
+    allowed = sorted({-(-int(p) // gran) * gran for p in req.prompt})
+    best, best_plan = math.inf, None
+    for k in range(1, cfg.shapes.max_unique + 1):
+        for shapes in itertools.combinations(allowed, k):
+            for part in set_partitions(list(range(len(req)))):
+                if any(len(b) > cfg.batching.max_batch_size for b in part):
+                    continue
+                fits = [[s for s in shapes if s >= max(int(req.prompt[r]) for r in b)] for b in part]
+                for seq in itertools.product(*fits):
+                    batch_of = [0] * len(req)
+                    for b, members in enumerate(part):
+                        for r in members:
+                            batch_of[r] = b
+                    for a in placements(req, BucketAssignment(batch_of, list(seq))):
+                        ok, value = plan_value(cfg, reqs, {name: a})
+                        if ok and value < best:
+                            best, best_plan = value, a
+    return best, best_plan
+
+
+def cpsat_alone(cfg, reqs):
+    inst = Instance(cfg, reqs)
+    space = model_space(cfg, np.asarray(inst.all_shapes), reqs, 64)
+    groups = {n: group_bucket(r, space.levels, 48, level=space.level_of(r)) for n, r in reqs.items()}
+    model = ShapeModel(cfg, space, groups, cfg.objective.weight_map(), 1e10, reqs)
+    sol = model.solve(20, 2, 0, progress=False)
+    plans = {n: place_first_use(cfg, reqs[n], classes_to_plan(cfg, reqs[n], space, groups[n], sol.v[n], sol.m[n],
+                                                              sol.bucket_use.get(n))) for n in groups}
+    assign = {n: BucketAssignment(list(p.batch_of), list(p.seq_align), list(p.order), list(p.batch_ids))
+              for n, p in plans.items()}
+    return sol, assign
+
+
+def solve_both(tmp_path, limits, minimize="cost"):
+    cfg, reqs = config(tmp_path, {"a": (PROMPTS, GENS)}, {"a": limits}, k=2, batch=3, cost_model=TASK,
+                       objective={"minimize": minimize})
+    best, _ = brute_force_4b(cfg, reqs)
+    sol, assign = cpsat_alone(cfg, reqs)
+    metrics = plan_metrics(cfg, reqs, assign)
+    return cfg, best, sol, metrics
+
+
+def unconstrained(tmp_path, minimize="cost"):
+    cfg, best, sol, metrics = solve_both(tmp_path / "free", {}, minimize)
+    return best, metrics["a"]
+
+
+def test_unconstrained_optimum(tmp_path):
+    cfg, best, sol, metrics = solve_both(tmp_path, {})
+    assert sol.status == "OPTIMAL"
+    assert objective_of(cfg, metrics) == pytest.approx(best, rel=1e-9)
+    assert sol.bound <= best * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("key,factor,minimize", [("cost", 0.995, "pad_tokens"), ("pad_ratio", 0.97, "cost")])
+def test_binding_limit_optimum(tmp_path, key, factor, minimize):
+    """The limit is set below what the unconstrained optimum reaches (so it binds); the model alone reaches
+    the brute-force optimum of the constrained problem and its plan meets the limit."""
+    free_best, free = unconstrained(tmp_path, minimize)
+    limit = free[key] * factor
+    cfg, best, sol, metrics = solve_both(tmp_path / "lim", {key: limit}, minimize)
+    if not math.isfinite(best):
+        pytest.skip("no plan meets this limit")
+    assert best > free_best                              # the limit binds
+    assert not broken_limits(cfg, metrics)
+    assert sol.status == "OPTIMAL"
+    assert objective_of(cfg, metrics) == pytest.approx(best, rel=1e-9)
+    assert sol.bound <= best * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("key,factor", [
+    pytest.param("sequential_time_ms", 0.9, marks=pytest.mark.xfail(
+        strict=True, reason="known gap (issue 15): the model charges each shape's first-use latency in full to "
+                            "the sequential time, so it misses plans where the writer absorbs it in a batch")),
+    ("p95_latency_ms", 0.99)])
+def test_conservative_limits_give_valid_plans(tmp_path, key, factor):
+    """Sequential time (first use charged in full) and latency percentiles (members counted at their batch's
+    slowest) are modelled conservatively: the model's plan meets the limit and costs at least the optimum."""
+    free_best, free = unconstrained(tmp_path)
+    limit = free[key] * factor
+    cfg, best, sol, metrics = solve_both(tmp_path / "lim", {key: limit})
+    if not math.isfinite(best):
+        pytest.skip("no plan meets this limit")
+    assert sol.objective is not None and not broken_limits(cfg, metrics)
+    assert objective_of(cfg, metrics) >= best * (1 - 1e-9)
