@@ -147,6 +147,20 @@ def build(tmp_path, name):
     return config(tmp_path, buckets, limits, k, batch, tokens, **{key: dict(v) for key, v in sections.items()})
 
 
+_SOLVED: dict[str, tuple] = {}
+
+
+@pytest.fixture
+def solved(tmp_path_factory):
+    """name -> (cfg, reqs, brute-force optimum), each case enumerated once per session."""
+    def get(name):
+        if name not in _SOLVED:
+            cfg, reqs = build(tmp_path_factory.mktemp(name), name)
+            _SOLVED[name] = cfg, reqs, brute_force(cfg, reqs)
+        return _SOLVED[name]
+    return get
+
+
 def loose(tmp_path, name):
     """The same instance without any limit (and without max_batch_tokens)."""
     buckets, _, k, batch, _, sections = CASES[name]
@@ -164,11 +178,10 @@ def assert_plan_meets_brute_force(cfg, reqs, assignment, best, label):
 # --- the tests ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", LIMIT_CASES)
-def test_limit_binds(tmp_path, name):
+def test_limit_binds(tmp_path, solved, name):
     """The instance is a test of its limits: without them the optimum breaks one, with them an
     optimum exists and costs more."""
-    cfg, reqs = build(tmp_path, name)
-    best = brute_force(cfg, reqs)
+    cfg, reqs, best = solved(name)
     free = brute_force(*loose(tmp_path, name))
     assert best.feasible and free.feasible
     if cfg.batching.max_batch_tokens:
@@ -178,25 +191,22 @@ def test_limit_binds(tmp_path, name):
     assert best.objective > free.objective * (1 + 1e-6)
 
 
-def test_weights_change_the_answer(tmp_path):
-    cfg, reqs = build(tmp_path, "weights")
-    best = brute_force(cfg, reqs)
+def test_weights_change_the_answer(tmp_path, solved):
+    cfg, reqs, best = solved("weights")
     cost_only = brute_force(*config(tmp_path / "c", *CASES["weights"][:5]))
     _, weighted_value_of_cost_optimum = plan_value(cfg, reqs, cost_only.assignment)
     assert best.objective < weighted_value_of_cost_optimum * (1 - 1e-6)
 
 
-def test_candidates_are_used_as_given(tmp_path):
-    cfg, reqs = build(tmp_path, "candidates")
-    best = brute_force(cfg, reqs)
+def test_candidates_are_used_as_given(solved):
+    cfg, reqs, best = solved("candidates")
     used = set().union(*[set(m["shapes"]) for m in best.metrics.values()])
     assert used <= {128, 320, 448} and 320 in used          # 256 (the auto shape of 250) is not allowed
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_cpsat_model_alone_equals_brute_force(tmp_path, name):
-    cfg, reqs = build(tmp_path, name)
-    best = brute_force(cfg, reqs)
+def test_cpsat_model_alone_equals_brute_force(solved, name):
+    cfg, reqs, best = solved(name)
     sol, plans = cpsat_alone(cfg, reqs, best.objective)
     assert sol.status == "OPTIMAL"
     assert_plan_meets_brute_force(cfg, reqs, plans, best, "cpsat")
@@ -206,9 +216,8 @@ def test_cpsat_model_alone_equals_brute_force(tmp_path, name):
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_pair_model_alone_equals_brute_force(tmp_path, name):
-    cfg, reqs = build(tmp_path, name)
-    best = brute_force(cfg, reqs)
+def test_pair_model_alone_equals_brute_force(solved, name):
+    cfg, reqs, best = solved(name)
     res, value, plans = pair_alone(cfg, reqs, best.objective)
     assert res.status == 0, res.message
     assert_plan_meets_brute_force(cfg, reqs, plans, best, "pair")
@@ -216,10 +225,9 @@ def test_pair_model_alone_equals_brute_force(tmp_path, name):
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_postprocess_realizes_the_optimum_counts(tmp_path, name):
+def test_postprocess_realizes_the_optimum_counts(solved, name):
     """Fed the class counts of the brute-force optimum, classes_to_plan builds a plan at least as good."""
-    cfg, reqs = build(tmp_path, name)
-    best = brute_force(cfg, reqs)
+    cfg, reqs, best = solved(name)
     plans = postprocess_alone(cfg, reqs, best.assignment)
     assert_plan_meets_brute_force(cfg, reqs, plans, best, "postprocess")
 

@@ -1,0 +1,196 @@
+#!/usr/bin/env python
+"""Mutation testing of the optimizer's core with mutmut 3, summarized in bench/mutation.md.
+
+    python scripts/mutation.py [--files models/cost.py ...] [--tests tests/test_cost.py ...]
+                               [--workers 1] [--max-minutes 20] [--worktree] [--out bench/mutation.md]
+
+Runs on a snapshot of the repository in a temporary directory (HEAD by default, so the summary names
+the commit it tested; --worktree copies the work tree as it is, uncommitted changes included), so
+edits made meanwhile neither break the run nor get mutated. mutmut mutates each file, runs only
+the selected tests that reach the mutated function (stopping at the first failure), and the summary
+lists per file killed / survived / other and every survivor with its diff. Needs
+`pip install -e ".[mutation]"`. Not part of the pytest run: a full run takes tens of minutes.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FILES = ("models/cost.py", "solver/verify.py", "models/cpsat_model.py", "models/pair_model.py",
+         "solver/postprocess.py", "solver/polish.py")
+# fast and independent: brute force, recomputation from the spec, hand-computed values
+TESTS = ("tests/test_cost.py", "tests/test_models_alone.py", "tests/test_verify.py", "tests/test_verify_semantics.py",
+         "tests/test_pair_model.py", "tests/test_polish.py", "tests/test_cpsat_model.py")
+KILLED = {"killed", "caught by type check"}
+
+
+def git(*args: str) -> str:
+    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True).stdout
+
+
+def snapshot(dest: Path, worktree: bool) -> dict:
+    """Copy the repository into dest: HEAD (git archive) or the work tree's tracked and untracked files."""
+    head = git("rev-parse", "HEAD").strip()
+    dirty = bool(git("status", "--porcelain").strip())
+    if worktree:
+        names = git("ls-files", "--cached", "--others", "--exclude-standard", "-z").split("\0")
+        for name in filter(None, names):
+            src = ROOT / name
+            if src.is_file():
+                (dest / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, dest / name)
+    else:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", "HEAD"], capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return {"commit": head, "tree": "work tree (uncommitted changes included)" if worktree and dirty else "HEAD"}
+
+
+def configure(dest: Path, files: list[str], tests: list[str]) -> None:
+    """The [tool.mutmut] table, appended to the snapshot's pyproject.toml (the repository's is untouched)."""
+    table = {
+        "source_paths": sorted({f.split("/")[0] for f in files}),
+        "only_mutate": files,
+        "also_copy": ["configs", "data", "scripts", "tests"],
+        "pytest_add_cli_args": ["-p", "no:cacheprovider"],
+        "pytest_add_cli_args_test_selection": tests,
+        "use_git_change_detection": False,
+    }
+    lines = ["", "[tool.mutmut]"] + [f"{k} = {json.dumps(v)}" for k, v in table.items()]
+    with open(dest / "pyproject.toml", "a") as fh:
+        fh.write("\n".join(lines) + "\n")
+
+
+def run_mutmut(dest: Path, workers: int, max_minutes: float, log_path: Path) -> bool:
+    """mutmut run in the snapshot; False when the time box ended it (finished mutants still count)."""
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-c", "from mutmut.__main__ import cli; cli()", "run",
+                                 "--max-children", str(workers)], cwd=dest, stdout=log, stderr=subprocess.STDOUT,
+                                env=env, start_new_session=True)
+        try:
+            proc.wait(timeout=max_minutes * 60)
+            return True
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            return False
+
+
+def mutmut_cli(dest: Path, *args: str) -> str:
+    return subprocess.run([sys.executable, "-c", "from mutmut.__main__ import cli; cli()", *args], cwd=dest,
+                          capture_output=True, text=True).stdout
+
+
+def file_of(mutant: str, files: list[str]) -> str:
+    """models.cost.x_quad__mutmut_3 -> models/cost.py"""
+    for f in files:
+        if mutant.startswith(f[:-3].replace("/", ".") + "."):
+            return f
+    return "?"
+
+
+def collect(dest: Path, files: list[str]) -> dict[str, dict[str, str]]:
+    """{file: {mutant: status}} from `mutmut results --all true`."""
+    out = {f: {} for f in files}
+    for line in mutmut_cli(dest, "results", "--all", "true").splitlines():
+        m = re.match(r"\s+(\S+): (.+)$", line)
+        if m:
+            out.setdefault(file_of(m.group(1), files), {})[m.group(1)] = m.group(2).strip()
+    return out
+
+
+def summary(stamp: dict, files: list[str], tests: list[str], workers: int, results: dict, diffs: dict,
+            finished: bool, minutes: float) -> str:
+    cmd = "python scripts/mutation.py --files " + " ".join(files) + f" --workers {workers}"
+    lines = ["# Mutation testing (mutmut)", "",
+             f"Commit `{stamp['commit']}` ({stamp['tree']}), {datetime.date.today().isoformat()}, "
+             f"{minutes:.1f} min with {workers} worker(s){'' if finished else ', stopped by the time box'}.", "",
+             f"Command: `{cmd}`", "", "Tests: " + ", ".join(f"`{t}`" for t in tests), "",
+             "| file | killed | survived | timeout | no tests | not checked | other | total | score |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for f in files:
+        st = list(results.get(f, {}).values())
+        killed = sum(s in KILLED for s in st)
+        counts = {k: sum(s == k for s in st) for k in ("survived", "timeout", "no tests", "not checked")}
+        other = len(st) - killed - sum(counts.values())
+        checked = killed + counts["survived"] + counts["timeout"]
+        score = f"{100 * (killed + counts['timeout']) / checked:.1f}%" if checked else "-"
+        lines.append(f"| {f} | {killed} | {counts['survived']} | {counts['timeout']} | {counts['no tests']} | "
+                     f"{counts['not checked']} | {other} | {len(st)} | {score} |")
+    lines += ["", "Score = (killed + timeout) / (killed + survived + timeout). \"no tests\": no selected test "
+              "reaches the mutated function.", "", "## Survivors", ""]
+    survivors = [(f, m) for f in files for m, s in results.get(f, {}).items() if s == "survived"]
+    if not survivors:
+        lines.append("None.")
+    for f, m in survivors:
+        lines += [f"### `{m}`", "", "```diff", diffs.get(m, "").strip(), "```", ""]
+    others = [(m, s) for f in files for m, s in results.get(f, {}).items()
+              if s not in KILLED and s not in ("survived", "not checked")]
+    if others:
+        lines += ["## Other outcomes", ""] + [f"- `{m}`: {s}" for m, s in others] + [""]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="mutation.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--files", nargs="+", default=list(FILES), help="files to mutate (default: the optimizer's core)")
+    p.add_argument("--tests", nargs="+", default=list(TESTS), help="test files or node ids to run")
+    p.add_argument("--workers", type=int, default=1, help="mutants tested in parallel (default 1)")
+    p.add_argument("--max-minutes", type=float, default=120.0, help="time box; finished mutants are summarized")
+    p.add_argument("--worktree", action="store_true", help="test the work tree as it is instead of HEAD")
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "mutation.md", help="summary file")
+    p.add_argument("--keep", type=Path, default=None, help="run in this directory and keep it (default: a temp dir)")
+    args = p.parse_args(argv)
+    try:
+        import mutmut as _  # noqa: F401
+    except ImportError:
+        sys.exit('error: mutmut is not installed: pip install -e ".[mutation]"')
+    for f in args.files:
+        if not (ROOT / f).is_file():
+            sys.exit(f"error: --files {f}: no such file in the repository")
+    dest = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="shapeplan-mutation-"))
+    dest.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    try:
+        stamp = snapshot(dest, args.worktree)
+        configure(dest, args.files, args.tests)
+        log_path = dest / "mutmut.log"
+        print(f"[mutation] {stamp['commit'][:12]} ({stamp['tree']}) in {dest}; log {log_path}", flush=True)
+        finished = run_mutmut(dest, args.workers, args.max_minutes, log_path)
+        results = collect(dest, args.files)
+        if not any(results.values()):
+            sys.stderr.write(log_path.read_text()[-3000:])
+            sys.exit("error: mutmut produced no results (see the log above)")
+        diffs = {m: mutmut_cli(dest, "show", m) for f in results.values() for m, s in f.items() if s == "survived"}
+        text = summary(stamp, args.files, args.tests, args.workers, results, diffs, finished,
+                       (time.monotonic() - start) / 60)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = args.out.with_name(args.out.name + ".tmp")
+        tmp.write_text(text)
+        tmp.replace(args.out)
+        print(text.split("## Survivors")[0])
+        print(f"[mutation] wrote {args.out}")
+    finally:
+        if not args.keep:
+            shutil.rmtree(dest, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
