@@ -45,7 +45,7 @@ def point_row(config: str, point: dict, method: str, time_limit: float | None, w
     real = sum(m.real_tokens for m in r.metrics.values())
     row = dict(point)
     row.update({"method": method, "objective": r.objective, "total_cost": r.total_cost,
-                "compile_cost": r.total_cost - sum(m.cost for m in r.metrics.values()),
+                "compile_cost": r.total_cost - sum(m.batch_cost for m in r.metrics.values()),
                 "num_shapes": len(r.shapes), "shapes": " ".join(map(str, r.shapes)),
                 "pad_tokens": sum(m.pad_tokens for m in r.metrics.values()),
                 "pad_ratio": sum(m.pad_tokens for m in r.metrics.values()) / real,
