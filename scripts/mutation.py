@@ -174,9 +174,11 @@ def main(argv=None) -> int:
         print(f"[mutation] {stamp['commit'][:12]} ({stamp['tree']}) in {dest}; log {log_path}", flush=True)
         finished = run_mutmut(dest, args.workers, args.max_minutes, log_path)
         results = collect(dest, args.files)
-        if not any(results.values()):
-            sys.stderr.write(log_path.read_text()[-3000:])
-            sys.exit("error: mutmut produced no results (see the log above)")
+        log_text = log_path.read_text(errors="replace")
+        checked = [s for f in results.values() for s in f.values() if s != "not checked"]
+        if "Failed to run clean test" in log_text or not checked:
+            sys.stderr.write(log_text[-3000:])
+            sys.exit("error: mutmut checked no mutant (the unmutated tests must pass first; see the log above)")
         diffs = {m: mutmut_cli(dest, "show", m) for f in results.values() for m, s in f.items() if s == "survived"}
         text = summary(stamp, args.files, args.tests, args.workers, results, diffs, finished,
                        (time.monotonic() - start) / 60)

@@ -41,6 +41,11 @@ class Best:
     metrics: dict[str, dict] = field(default_factory=dict)
     total_cost: float = math.inf
     plans_seen: int = 0
+    feasible_plans: list = field(default_factory=list)     # (objective, assignment), with keep_all
+
+    def optima(self, rel: float = 1e-12) -> list:
+        """Every plan kept (keep_all) whose objective ties the optimum."""
+        return [a for v, a in self.feasible_plans if v <= self.objective * (1 + rel)]
 
     @property
     def feasible(self) -> bool:
@@ -151,9 +156,9 @@ def bucket_plans(req, shapes: tuple[int, ...]):
             yield BucketAssignment(batch_of, seq)
 
 
-def brute_force(cfg, reqs, use_limits: bool = True, max_shapes: int = 3) -> Best:
+def brute_force(cfg, reqs, use_limits: bool = True, max_shapes: int = 3, keep_all: bool = False) -> Best:
     """Least objective over every plan (see the module docstring); Best() with objective inf when no
-    plan meets the limits."""
+    plan meets the limits. keep_all: also every feasible plan (Best.optima gives the tied optima)."""
     n = sum(len(r) for r in reqs.values())
     assert n <= MAX_REQUESTS, f"{n} requests: too many for the brute force"
     assert cfg.shapes.max_unique <= max_shapes, "shape sets above max_shapes would be missed"
@@ -171,6 +176,8 @@ def brute_force(cfg, reqs, use_limits: bool = True, max_shapes: int = 3) -> Best
                 for assignment in inner_choices(cfg, reqs, dict(zip(names, combo))):
                     feasible, value = plan_value(cfg, reqs, assignment, use_limits)
                     best.plans_seen += 1
+                    if feasible and keep_all:
+                        best.feasible_plans.append((value, assignment))
                     if feasible and value < best.objective:
                         best.objective, best.assignment = value, assignment
     if best.feasible:
