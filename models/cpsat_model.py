@@ -305,11 +305,11 @@ class ShapeModel:
         total = sum(abs(a) * ub for a, _, ub in terms) + abs(rhs)
         if integral and total <= ROW_BUDGET:
             return [(int(a), x, ub) for a, x, ub in terms], math.floor(rhs + 1e-9), 1.0
-        f = ROW_BUDGET / max(total, 1e-300)
+        f = ROW_BUDGET / max(total, 1.0)
         if integral:
             f = min(f, 1.0)
         else:
-            f = min(f, 2.0 ** 50 / max(abs(rhs), 1e-300))
+            f = min(f, 2.0 ** 50 / max(abs(rhs), 1e-30), 1e30)
         return [(math.floor(a * f), x, ub) for a, x, ub in terms], math.ceil(rhs * f), f
 
     def _add_objective(self):
@@ -337,20 +337,21 @@ class ShapeModel:
         self.model.minimize(sum(objective))
 
     def _slack_terms(self) -> list:
-        """Each limit row as `row <= rhs + unit x slack`; a slack step priced so that exceeding a limit by its
-        own size costs about 100x the reference plan's objective (capped within OBJ_BUDGET)."""
+        """Each limit row as `row <= rhs + unit x slack`. Exceeding a limit by its own size costs 100x the
+        reference plan's objective (the rate per unit of excess); only where that rate times the largest
+        possible excess would pass OBJ_BUDGET is the rate lowered to fit (absurdly tight limits)."""
         out, reference = [], self.scale_ref * self.scale
+        budget = OBJ_BUDGET / max(len(self.rows), 1)
         for key, (terms, rhs, integral) in self.rows.items():
             scaled, srhs, f = self._scaled_row(terms, rhs, integral)
-            worst = sum(abs(a) * ub for a, _, ub in scaled)
-            unit = max(1, math.ceil(max(worst - srhs, 1) / SLACK_STEPS))
-            top = max(1, math.ceil(max(worst - srhs, 1) / unit))
+            excess = max(sum(abs(a) * ub for a, _, ub in scaled) - srhs, 1)
+            rate = min(100.0 * reference / max(abs(srhs), 1.0), budget / excess)
+            unit = max(1, math.ceil(excess / SLACK_STEPS))
+            top = max(1, math.ceil(excess / unit))
             slack = self.model.new_int_var(0, top, f"slack[{key[0]},{key[1]}]")
             self.slack[key] = slack
             self.model.add(sum(a * x for a, x, _ in scaled) <= srhs + unit * slack)
-            price = 100.0 * reference * unit / max(abs(srhs), 1.0)
-            cap = OBJ_BUDGET / (max(len(self.rows), 1) * top)
-            out.append(max(1, math.floor(min(price, cap))) * slack)
+            out.append(max(1, math.floor(min(rate * unit, budget / top))) * slack)
         return out
 
     def to_real(self, scaled: float) -> float:
