@@ -168,7 +168,7 @@ def write_pictures(res, method: str, out: Path) -> list[Path]:
 
 @command
 def sweep_main(argv=None) -> int:
-    from solver.commands.sweep import parse_sets, run_sweep, write_sweep
+    from solver.commands.sweep import Interrupted, parse_sets, run_sweep, write_plots
 
     p = Parser(prog="sweep.py", description="Re-solve over a grid of config values.")
     p.add_argument("config")
@@ -176,22 +176,42 @@ def sweep_main(argv=None) -> int:
                    help="dotted config key and its values (repeatable: the grid is every combination)")
     p.add_argument("--method", default="cpsat", choices=list(METHODS))
     p.add_argument("--time-limit", type=seconds, default=None, help="per point, overrides solver.time_limit_s")
-    p.add_argument("--jobs", type=count, default=0, help="points solved at once (default: one per core)")
+    p.add_argument("--jobs", type=count, default=0,
+                   help="points solved at once (default: one per core; ray: what the cluster holds)")
+    p.add_argument("--workers", type=count, default=0,
+                   help="CP-SAT workers per point (default: max(4, cores // jobs) of this machine, both backends)")
+    p.add_argument("--backend", default="local", choices=["local", "ray"],
+                   help="local process pool, or one Ray task per point")
+    p.add_argument("--address", default=None, help="Ray cluster address (default: a local Ray instance)")
+    p.add_argument("--max-retries", type=count, default=2, help="tries again of a point whose worker died")
+    p.add_argument("--resume", action="store_true", help="skip the points already in OUT/sweep.csv")
     p.add_argument("--out", default=None, help="folder for sweep.csv and PNGs (default output.dir/sweep)")
     args = p.parse_args(argv)
+    if args.address and args.backend != "ray":
+        raise InputError("sweep.py: --address needs --backend ray")
     setup_logging()
     try:
         grid = parse_sets(args.set)
         cfg = load_config(args.config)
-        frame = run_sweep(args.config, grid, args.method, args.time_limit, args.jobs)
+        out = Path(args.out).resolve() if args.out else cfg.output.dir / "sweep"
+        frame = run_sweep(args.config, grid, args.method, args.time_limit, args.jobs, backend=args.backend,
+                          address=args.address, out=out, resume=args.resume, max_retries=args.max_retries,
+                          workers=args.workers or None)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    out = Path(args.out).resolve() if args.out else cfg.output.dir / "sweep"
-    written = write_sweep(frame, list(grid), out)
+    except Interrupted as exc:
+        where = f" in {exc.path}" if exc.path and exc.path.exists() else ""
+        print(f"interrupted: {exc.done} of {exc.total} points done{where}; rerun with --resume to finish",
+              file=sys.stderr)
+        return 130
+    written = [out / "sweep.csv"] + write_plots(frame, list(grid), out)
     shown = list(grid) + ["total_cost", "pad_ratio", "num_batches", "sequential_time_ms", "limits_hold", "gap"]
     with pd_options():
         print(frame[shown].to_string(index=False))
+    failed = int((frame["status"].astype(str) == "FAILED").sum())
+    if failed:
+        print(f"{failed} point(s) failed: see the error column of {out / 'sweep.csv'}", file=sys.stderr)
     print("\nwrote " + ", ".join(str(w) for w in written))
     return 0
 

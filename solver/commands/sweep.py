@@ -1,19 +1,46 @@
-"""Re-solve a config over a grid of values and tabulate the trade-offs (spec section 7)."""
+"""Re-solve a config over a grid of values and tabulate the trade-offs (spec section 7).
+
+Points run through `solver.parallel.map_tasks`: a local process pool or Ray tasks. The traces are
+loaded once here and shipped once to the workers. Every finished point is written into
+`sweep.csv` at once (the whole file replaced atomically, rows in grid order), so an interrupted
+sweep leaves a valid CSV and `resume=True` skips the points already in it. A point that fails for
+good is a row with `status` FAILED and its `error`; the others go on.
+"""
 from __future__ import annotations
 
+import csv
+import dataclasses
+import io
 import itertools
 import logging
+import math
 import os
-from concurrent.futures import ProcessPoolExecutor
+import sys
+import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from models.config import load_config, parse_value
 from models.errors import InputError
+from solver.parallel import Shared, check_backend, map_tasks
 
 log = logging.getLogger(__name__)
 TRADE_OFFS = ("total_cost", "compile_cost", "pad_ratio", "num_batches", "sequential_time_ms", "gap")
+ROW_COLUMNS = ("method", "objective", "total_cost", "compile_cost", "num_shapes", "shapes", "pad_tokens",
+               "pad_ratio", "num_batches", "sequential_time_ms", "p95_latency_ms", "limits_hold", "broken",
+               "best_bound", "gap", "status")
+BUCKET_COLUMNS = ("cost", "pad_ratio", "p95_latency_ms", "sequential_time_ms", "num_batches")
+FAILED = "FAILED"
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a sweep: the finished rows are in `path`."""
+
+    def __init__(self, done: int, total: int, path: Path | None):
+        super().__init__(f"{done} of {total} points done")
+        self.done, self.total, self.path = done, total, path
 
 
 def parse_sets(items: list[str]) -> dict[str, list]:
@@ -34,14 +61,24 @@ def grid_points(grid: dict[str, list]) -> list[dict]:
     return [dict(zip(keys, combo)) for combo in itertools.product(*(grid[k] for k in keys))]
 
 
-def point_row(config: str, point: dict, method: str, time_limit: float | None, workers: int) -> dict:
-    """Solve one grid point (in a worker process) and flatten its figures into a row."""
+# --- one point ----------------------------------------------------------------------------------------
+
+def solve_point(cfg, point: dict, method: str, time_limit: float | None, requests: dict) -> dict:
+    """Solve one grid point (in a worker) on already loaded traces and flatten its figures into a row."""
     from solver.pipeline import solve
 
     logging.getLogger().setLevel(logging.WARNING)
-    cfg = load_config(config, dict(point, **{"solver.workers": workers, "solver.log_progress": False}))
-    res = solve(cfg, (method,), time_limit)
-    r = res.results[method]
+    res = solve(cfg, (method,), time_limit, requests={n: fresh(r) for n, r in requests.items()})
+    return result_row(point, method, res.results[method])
+
+
+def fresh(req):
+    """A private copy of a bucket's arrays: the solve may set fields, and Ray's arrays are read-only."""
+    arrays = {f.name: getattr(req, f.name) for f in dataclasses.fields(req)}
+    return dataclasses.replace(req, **{k: v.copy() for k, v in arrays.items() if isinstance(v, np.ndarray)})
+
+
+def result_row(point: dict, method: str, r) -> dict:
     real = sum(m.real_tokens for m in r.metrics.values())
     row = dict(point)
     row.update({"method": method, "objective": r.objective, "total_cost": r.total_cost,
@@ -62,46 +99,213 @@ def point_row(config: str, point: dict, method: str, time_limit: float | None, w
     return row
 
 
-def check_points(config: str, points: list[dict]) -> None:
-    """Every point must be a valid config before anything runs (one clear error, nothing written)."""
+def failed_row(point: dict, method: str, error: str) -> dict:
+    return dict(point, method=method, status=FAILED, error=error)
+
+
+# --- the grid's configs and traces -------------------------------------------------------------------
+
+def point_configs(config: str, points: list[dict], workers: int) -> list:
+    """Every point's config, each valid before anything runs (one clear error, nothing written)."""
+    fixed = {"solver.workers": workers, "solver.log_progress": False}
+    cfgs = []
     for point in points:
         try:
-            load_config(config, point)
+            cfgs.append(load_config(config, dict(point, **fixed)))
         except InputError as exc:
             shown = ", ".join(f"{k}={v!r}" for k, v in point.items())
             raise InputError(f"sweep point {shown}: {exc}") from None
+    return cfgs
 
+
+def check_points(config: str, points: list[dict]) -> None:
+    point_configs(config, points, 1)
+
+
+def trace_key(cfg) -> str:
+    return repr([(b.name, str(b.requests), b.columns) for b in cfg.buckets])
+
+
+def load_traces(cfgs: list) -> dict[str, dict]:
+    """The traces of every distinct set of bucket files among the points, each loaded once."""
+    from solver.pipeline import load_all
+
+    traces = {}
+    for cfg in cfgs:
+        key = trace_key(cfg)
+        if key not in traces:
+            traces[key] = load_all(cfg)
+    return traces
+
+
+def default_workers(jobs: int, points: int) -> int:
+    """CP-SAT workers per point: this machine's cores shared by the points solved at once (at least 4:
+    a single CP-SAT worker has no LNS and rarely moves off the hint)."""
+    cores = os.cpu_count() or 1
+    return max(4, cores // min(jobs or cores, max(points, 1)))
+
+
+# --- the CSV ------------------------------------------------------------------------------------------
+
+def cell(value) -> str:
+    """One CSV cell, the same text whichever process made the value."""
+    if value is None:
+        return ""
+    if isinstance(value, (bool, np.bool_)):
+        return str(bool(value))
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        return "" if math.isnan(value) else repr(float(value))
+    return str(value)
+
+
+def point_id(point: dict, keys: list[str]) -> str:
+    return repr(tuple(point[k] for k in keys))
+
+
+class SweepTable:
+    """The rows so far, written to `path` (when given) after every new row: grid order, atomic."""
+
+    def __init__(self, keys: list[str], buckets: list[str], points: list[dict], path: Path | None):
+        self.keys, self.path = keys, path
+        self.columns = keys + list(ROW_COLUMNS) + [f"{b}.{c}" for b in buckets for c in BUCKET_COLUMNS] + ["error"]
+        self.index = {point_id(p, keys): i for i, p in enumerate(points)}
+        self.rows: dict[int, dict] = {}
+        self.extra: list[dict] = []
+
+    def resume(self) -> int:
+        """Take the finished rows of an earlier run from `path`; returns how many points they cover."""
+        if self.path is None or not self.path.exists():
+            return 0
+        with open(self.path, newline="") as f:
+            reader = csv.DictReader(f)
+            missing = [k for k in self.keys if k not in (reader.fieldnames or [])]
+            if missing:
+                raise InputError(f"{self.path}: no column {missing[0]!r}: --resume needs the --set keys of the "
+                                 "run that wrote it")
+            for row in reader:
+                self.take(row)
+        return len(self.rows)
+
+    def take(self, row: dict) -> None:
+        if row.get("error") or row.get("status") == FAILED:
+            return                                   # failed points run again
+        i = self.index.get(point_id({k: parse_value(row[k]) for k in self.keys}, self.keys))
+        if i is None:
+            self.extra.append(row)                   # a point of another grid: kept, after the grid's
+        else:
+            self.rows[i] = row
+
+    def add(self, i: int, row: dict) -> None:
+        self.rows[i] = row
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            tmp.write_text(self.text())
+            tmp.replace(self.path)
+
+    def text(self) -> str:
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, self.columns, extrasaction="ignore", lineterminator="\n")
+        writer.writeheader()
+        for row in [self.rows[i] for i in sorted(self.rows)] + self.extra:
+            writer.writerow({c: cell(row.get(c)) for c in self.columns})
+        return buf.getvalue()
+
+    def frame(self) -> pd.DataFrame:
+        return pd.read_csv(io.StringIO(self.text()))
+
+
+class Progress:
+    """One stderr line per finished point: done / running / failed, elapsed, ETA."""
+
+    def __init__(self, total: int, done: int, stream=None):
+        self.total, self.done, self.failed, self.running, self.new = total, done, 0, 0, 0
+        self.start, self.stream = None, stream or sys.stderr
+
+    def started(self, _index=None) -> None:
+        """A point handed to a worker; the clock starts at the first (not counting a cluster's start-up)."""
+        self.start = self.start or time.monotonic()
+        self.running += 1
+
+    def finished(self, ok: bool) -> None:
+        self.running -= 1
+        self.new += 1
+        if ok:
+            self.done += 1
+        else:
+            self.failed += 1
+        print(self.line(), file=self.stream, flush=True)
+
+    def line(self) -> str:
+        elapsed = time.monotonic() - (self.start or time.monotonic())
+        left = self.total - self.done - self.failed
+        eta = f"{elapsed / self.new * left:.0f} s" if self.new else "?"
+        return (f"sweep: {self.done}/{self.total} done, {self.running} running, {self.failed} failed, "
+                f"{elapsed:.0f} s elapsed, ETA {eta}")
+
+
+# --- the sweep ----------------------------------------------------------------------------------------
 
 def run_sweep(config: str, grid: dict[str, list], method: str = "cpsat", time_limit: float | None = None,
-              jobs: int = 0) -> pd.DataFrame:
-    """One row per grid point, points solved in parallel (CP-SAT threads shared among them)."""
+              jobs: int = 0, backend: str = "local", address: str | None = None, out: Path | None = None,
+              resume: bool = False, max_retries: int = 2, workers: int | None = None,
+              point_fn=solve_point) -> pd.DataFrame:
+    """One row per grid point, in grid order. Points run on `backend` ("local": a process pool of
+    `jobs`; "ray": Ray tasks on the cluster at `address`, or a local Ray), with `workers` CP-SAT
+    workers each (default `default_workers`; Ray reserves that many CPUs, at most a node's). With
+    `out`, `out/sweep.csv` is rewritten after every finished point; `resume` skips its finished rows.
+    Ctrl-C cancels the outstanding points and raises `Interrupted` (the finished rows are kept)."""
+    check_backend(backend)
+    if resume and out is None:
+        raise InputError("resume needs the output folder holding sweep.csv")
     points = grid_points(grid)
-    check_points(config, points)
-    cores = os.cpu_count() or 1
-    jobs = min(jobs or cores, len(points))
-    workers = max(4, cores // jobs)   # a single CP-SAT worker has no LNS and rarely moves off the hint
-    log.info("sweep: %d points, %d at a time, %d CP-SAT workers each", len(points), jobs, workers)
-    if jobs == 1:
-        rows = [point_row(config, p, method, time_limit, workers) for p in points]
-    else:
-        with ProcessPoolExecutor(jobs) as pool:
-            rows = list(pool.map(point_row, [config] * len(points), points, [method] * len(points),
-                                 [time_limit] * len(points), [workers] * len(points)))
-    return pd.DataFrame(rows)
+    workers = workers or default_workers(jobs, len(points))
+    cfgs = point_configs(config, points, workers)
+    buckets = list(dict.fromkeys(b.name for cfg in cfgs for b in cfg.buckets))
+    table = SweepTable(list(grid), buckets, points, Path(out) / "sweep.csv" if out is not None else None)
+    done = table.resume() if resume else 0
+    todo = [i for i in range(len(points)) if i not in table.rows]
+    traces = load_traces([cfgs[i] for i in todo])
+    log.info("sweep: %d points (%d already done), backend %s, %d CP-SAT workers each",
+             len(points), done, backend, workers)
+    items = [(cfgs[i], points[i], method, time_limit, Shared(trace_key(cfgs[i]))) for i in todo]
+    progress = Progress(len(points), done)
+    try:
+        for d in map_tasks(point_fn, items, backend, address, jobs=jobs, num_cpus=workers,
+                           max_retries=max_retries, shared=traces, on_start=progress.started):
+            i = todo[d.index]
+            if d.error is not None:
+                log.warning("sweep point %s failed: %s", points[i], d.error)
+            table.add(i, d.value if d.error is None else failed_row(points[i], method, d.error))
+            progress.finished(d.error is None)
+    except KeyboardInterrupt:
+        raise Interrupted(progress.done, len(points), table.path) from None
+    return table.frame()
+
+
+def write_plots(frame: pd.DataFrame, keys: list[str], out: Path) -> list[Path]:
+    """One PNG of the trade-offs per swept key, from the points that did not fail."""
+    from solver.commands.plots import sweep_plots
+
+    ok = frame[frame["status"].astype(str) != FAILED] if "status" in frame else frame
+    if ok.empty:
+        return []
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for key in keys:
+        order = [key] + [k for k in keys if k != key]
+        name = key.replace("*", "all").replace(".", "_")
+        written.append(sweep_plots(ok, order, [m for m in TRADE_OFFS if ok[m].notna().any()],
+                                   out / f"sweep_{name}.png"))
+    return written
 
 
 def write_sweep(frame: pd.DataFrame, keys: list[str], out: Path) -> list[Path]:
-    """sweep.csv and one PNG of the trade-offs per swept key (atomic writes)."""
-    from solver.commands.plots import sweep_plots
-
+    """sweep.csv (atomic) and the plots, for a frame from `run_sweep` without `out`."""
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / "sweep.csv.tmp"
     frame.to_csv(tmp, index=False)
     tmp.replace(out / "sweep.csv")
-    written = [out / "sweep.csv"]
-    for i, key in enumerate(keys):
-        order = [key] + [k for k in keys if k != key]
-        name = key.replace("*", "all").replace(".", "_")
-        written.append(sweep_plots(frame, order, [m for m in TRADE_OFFS if frame[m].notna().any()],
-                                   out / f"sweep_{name}.png"))
-    return written
+    return [out / "sweep.csv"] + write_plots(frame, keys, out)
