@@ -113,10 +113,13 @@ def local_tasks(fn, items, *, address, jobs, num_cpus, max_retries, shared, on_s
     if jobs <= 1:
         yield from in_process(fn, items, shared, on_start)
         return
-    queue = list(range(len(items)))
-    attempts = [0] * len(items)
-    while queue:
-        queue = yield from pool_round(fn, items, jobs, shared, queue, attempts, max_retries, on_start)
+    queue, suspects, deaths = list(range(len(items))), [], [0] * len(items)
+    while queue or suspects:
+        if suspects:        # after a pool broke: its tasks in flight one at a time, so a death is that task's
+            suspects = (yield from pool_round(fn, items, 1, shared, suspects, deaths, max_retries, on_start)) \
+                + suspects
+        else:
+            suspects = yield from pool_round(fn, items, jobs, shared, queue, deaths, max_retries, on_start)
 
 
 def in_process(fn, items, shared, on_start) -> Iterator[Done]:
@@ -130,35 +133,41 @@ def in_process(fn, items, shared, on_start) -> Iterator[Done]:
             yield Done(i, error=one_line(exc))
 
 
-def pool_round(fn, items, jobs, shared, queue, attempts, max_retries, on_start):
-    """Run the queue on one pool, `jobs` tasks in flight; returns the tasks left when the pool broke
-    (a worker process died): the ones in flight first, if they have tries left, then the queue."""
+def pool_round(fn, items, jobs, shared, queue, deaths, max_retries, on_start):
+    """Run tasks from the front of `queue` on one pool until it is empty or the pool breaks (a worker
+    process died); returns the tasks in flight then. When one task alone was in flight, the death is
+    its own: it is counted, and the task given up after `max_retries` tries again."""
     pool = ProcessPoolExecutor(jobs, initializer=_set_shared, initargs=(shared,))
     running, broken = {}, False
     try:
         while (queue or running) and not broken:
-            broken = submit_some(pool, fn, items, jobs, queue, running, attempts, on_start)
+            broken = submit_some(pool, fn, items, jobs, queue, running, on_start)
             finished, _ = wait(running, timeout=POLL_S, return_when=FIRST_COMPLETED)
             for fut in finished:
                 try:
-                    yield Done(running[fut], value=fut.result(), attempts=attempts[running[fut]])
+                    yield Done(running[fut], value=fut.result(), attempts=deaths[running[fut]] + 1)
                 except BrokenProcessPool:
                     broken = True
                     continue
                 except Exception as exc:
-                    yield Done(running[fut], error=one_line(exc), attempts=attempts[running[fut]])
+                    yield Done(running[fut], error=one_line(exc), attempts=deaths[running[fut]] + 1)
                 del running[fut]
     finally:
         kill_pool(pool)
     died = sorted(running.values())
-    yield from give_up([i for i in died if attempts[i] > max_retries], attempts)
-    again = [i for i in died if attempts[i] <= max_retries]
-    if died:
-        log.warning("a worker process died: %d task(s) in flight, %d tried again", len(died), len(again))
-    return again + queue
+    if len(died) > 1:
+        log.warning("a worker process died with %d tasks in flight: trying them again one at a time", len(died))
+    if len(died) != 1:
+        return died
+    deaths[died[0]] += 1
+    if deaths[died[0]] > max_retries:
+        yield Done(died[0], error=f"worker process died ({deaths[died[0]]} attempts)", attempts=deaths[died[0]])
+        return []
+    log.warning("a worker process died: task %d tried again (%d of %d)", died[0], deaths[died[0]], max_retries)
+    return died
 
 
-def submit_some(pool, fn, items, jobs, queue, running, attempts, on_start) -> bool:
+def submit_some(pool, fn, items, jobs, queue, running, on_start) -> bool:
     """Fill the pool up to `jobs` tasks in flight; True when the pool is broken."""
     while queue and len(running) < jobs:
         i = queue[0]
@@ -167,15 +176,9 @@ def submit_some(pool, fn, items, jobs, queue, running, attempts, on_start) -> bo
         except BrokenProcessPool:
             return True
         queue.pop(0)
-        attempts[i] += 1
         running[fut] = i
         on_start(i)
     return False
-
-
-def give_up(indices, attempts) -> Iterator[Done]:
-    for i in indices:
-        yield Done(i, error=f"worker process died ({attempts[i]} attempts)", attempts=attempts[i])
 
 
 def kill_pool(pool: ProcessPoolExecutor) -> None:
@@ -197,7 +200,7 @@ def ray_start(ray, address: str | None) -> bool:
         return False
     kwargs = {"address": address, "log_to_driver": False, "logging_level": logging.WARNING}
     if address is None and not os.environ.get("RAY_ADDRESS"):
-        kwargs["include_dashboard"] = False
+        kwargs.update(include_dashboard=False, _node_ip_address="127.0.0.1")   # a local instance: loopback only
     ray.init(**kwargs)
     return True
 

@@ -1,9 +1,11 @@
+import os
+
 import pandas as pd
 import pytest
 
 from models.errors import InputError
 from solver.commands.cli import sweep_main
-from solver.commands.sweep import parse_sets, run_sweep
+from solver.commands.sweep import parse_sets, run_sweep, solve_point
 from models.config import load_config
 from solver.pipeline import load_all
 from tests.brute import brute_force, plan_metrics
@@ -89,3 +91,60 @@ def test_bad_grid_is_one_clear_error(tmp_path, capsys, sets, what):
 def test_no_set_is_an_error(tmp_path):
     with pytest.raises(InputError, match="at least one --set"):
         parse_sets([])
+
+
+def die_once(cfg, point, method, time_limit, requests):
+    """Kills its own worker process on the first try of the point max_unique=2."""
+    mark = cfg.output.dir.parent / "died"
+    if point["shapes.max_unique"] == 2 and not mark.exists():
+        mark.touch()
+        os._exit(1)
+    return solve_point(cfg, point, method, time_limit, requests)
+
+
+def always_fail(cfg, point, method, time_limit, requests):
+    if point["shapes.max_unique"] == 2:
+        os._exit(1)
+    if point["shapes.max_unique"] == 3:
+        raise ValueError("bad point\nsecond line")
+    return solve_point(cfg, point, method, time_limit, requests)
+
+
+def test_local_pool_retries_a_dead_worker(tmp_path):
+    cfg = tiny_config(tmp_path)
+    frame = run_sweep(str(cfg), parse_sets(["shapes.max_unique=1,2,3"]), time_limit=1, jobs=2, workers=1,
+                      point_fn=die_once, out=tmp_path / "s")
+    assert (tmp_path / "died").exists()
+    assert list(frame["shapes.max_unique"]) == [1, 2, 3] and (frame["status"] != "FAILED").all()
+
+
+def test_a_failing_point_is_a_failed_row(tmp_path, capsys):
+    cfg = tiny_config(tmp_path)
+    frame = run_sweep(str(cfg), parse_sets(["shapes.max_unique=1,2,3"]), time_limit=1, jobs=2, workers=1,
+                      point_fn=always_fail, max_retries=1, out=tmp_path / "s")
+    assert list(frame["status"])[1:] == ["FAILED", "FAILED"]
+    assert frame["error"][1] == "worker process died (2 attempts)"
+    assert frame["error"][2] == "ValueError: bad point"
+    assert frame["total_cost"][0] > 0 and frame["error"].isna()[0]
+    assert pd.read_csv(tmp_path / "s/sweep.csv").equals(frame)
+
+
+def test_resume_local_reruns_only_missing_and_failed(tmp_path):
+    cfg = tiny_config(tmp_path)
+    out = tmp_path / "s"
+    run_sweep(str(cfg), parse_sets(["shapes.max_unique=1,3"]), time_limit=1, jobs=1, workers=1, out=out)
+    ran = []
+
+    def record(cfg, point, method, time_limit, requests):
+        ran.append(point["shapes.max_unique"])
+        return solve_point(cfg, point, method, time_limit, requests)
+
+    before = (out / "sweep.csv").read_text()
+    frame = run_sweep(str(cfg), parse_sets(["shapes.max_unique=1,2,3"]), time_limit=1, jobs=1, workers=1,
+                      out=out, resume=True, point_fn=record)
+    assert ran == [2]
+    assert list(frame["shapes.max_unique"]) == [1, 2, 3]
+    lines = (out / "sweep.csv").read_text().splitlines()
+    assert [lines[1], lines[3]] == before.splitlines()[1:]   # finished rows kept as they were
+    with pytest.raises(InputError, match="no column 'batching.max_batch_size'"):
+        run_sweep(str(cfg), parse_sets(["batching.max_batch_size=2"]), out=out, resume=True)
