@@ -24,11 +24,12 @@ SUITE = {
     "default": "configs/default.yaml",
     "azure": "configs/azure_code.yaml",
     "1m": "configs/synthetic_1m.yaml",
+    "static_graph": "configs/static_graph.yaml",
 }
 SIZES = (1_000, 10_000, 100_000, 1_000_000)
 STAGES = ("load", "bounds", "heuristics", "cpsat", "polish", "postprocess", "verify")
 COLUMNS = ("commit", "dirty", "run", "entry", "requests", "method", "objective", "total_cost", "best_bound", "gap",
-           "vs_cpsat", "limits_hold", "status", "method_s") + tuple(f"{s}_s" for s in STAGES) + ("wall_s", "peak_mem_mib")
+           "bound_global", "vs_cpsat", "limits_hold", "margins", "status", "method_s") + tuple(f"{s}_s" for s in STAGES) + ("wall_s", "peak_mem_mib")
 log = logging.getLogger(__name__)
 
 
@@ -87,11 +88,22 @@ def run_entry(config: str, methods: str, time_limit: float, out: str) -> dict:
         rows.append({"method": name, "objective": r.objective, "total_cost": r.total_cost,
                      "best_bound": info.get("best_bound"), "gap": info.get("gap"),
                      "vs_cpsat": report.get("vs_cpsat", {}).get(name, 0.0 if name == "cpsat" else None),
-                     "limits_hold": r.feasible, "status": info.get("status", ""), "method_s": r.time_s})
+                     "limits_hold": r.feasible, "status": info.get("status", ""), "method_s": r.time_s,
+                     "bound_global": info.get("bound_global"), "margins": margins(info)})
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0    # KiB on Linux
     requests = sum(len(q) for q in res.requests.values())
     return {"rows": rows, "stages": stage, "wall_s": time.monotonic() - start, "peak_mem_mib": peak,
             "requests": requests}
+
+
+def margins(info: dict) -> str:
+    """Each limit's margin, (limit - value) / limit, e.g. `bucket_1.cost 34.1%` (negative: broken)."""
+    parts = []
+    for name, bucket in info["buckets"].items():
+        for key, lim in bucket["limits"].items():
+            margin = (lim["limit"] - lim["value"]) / lim["limit"] if lim["limit"] else 0.0
+            parts.append(f"{name}.{key} {100 * margin:.1f}%")
+    return "; ".join(parts)
 
 
 def child(config: Path, methods: str, time_limit: float, out: Path) -> dict:
@@ -126,14 +138,18 @@ def markdown(rows: list[dict], stamp: dict | None = None) -> str:
     tree = {True: "work tree with uncommitted changes", False: "clean work tree", None: "work tree unknown"}
     head = [f"Run on commit `{stamp['commit']}` ({tree[stamp['dirty']]}).", ""]
     heads = ["entry", "requests", "load s", "bounds s", "heuristics s", "cpsat s", "polish s", "postprocess s", "verify s",
-             "wall s", "peak MiB", "cpsat cost", "bound", "gap", "status"]
+             "wall s", "peak MiB", "cpsat cost", "bound", "gap", "bound scope", "status"]
     lines = head + ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     for r in (r for r in rows if r["method"] == "cpsat"):
         gap = fmt(100 * r["gap"], ".2f") + "%" if r["gap"] is not None else "-"
         cells = [r["entry"], f"{r['requests']:,}"] + [fmt(r[f"{s}_s"], ".1f") for s in STAGES] + [
             f"{r['wall_s']:.1f}", f"{r['peak_mem_mib']:.0f}", f"{r['total_cost']:.4g}",
-            fmt(r["best_bound"], ".4g"), gap, r["status"]]
+            fmt(r["best_bound"], ".4g"), gap, {True: "global", False: "narrower", None: "-"}[r.get("bound_global")],
+            r["status"]]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "| entry | cpsat margin on each limit, (limit - value) / limit |", "|---|---|"]
+    lines += [f"| {r['entry']} | {r['margins'] or '(no limits)'} |" for r in rows
+              if r["method"] == "cpsat" and r["run"] == "suite"]
     lines += ["", "| entry | method | cost | vs cpsat | limits | time s |", "|---|---|---|---|---|---|"]
     for r in (r for r in rows if r["run"] == "suite"):
         vs = fmt(100 * r["vs_cpsat"], "+.1f") + "%" if r["vs_cpsat"] is not None else "-"

@@ -1,0 +1,326 @@
+"""A global lower bound: the pair LP over every candidate shape, gen caps rounded down, by column generation.
+
+The relaxation. A batch of shape s whose longest gen is G is charged at the largest ladder cap at or
+below G (so never more than it costs), and a request may join a class whose cap is at or above the
+ladder cap at or below its own gen. Every valid plan meeting the limits is then a solution of this
+model at no more than its objective, so the model's LP value bounds every such plan from below
+(bound_scope: global, when every occurring aligned prompt is a candidate shape).
+
+The LP (per bucket b; z global):
+    z[i] in [0, 1]: shape i compiled;            sum_i z[i] <= max_unique
+    y[c] in [0, 1]: class c = (shape i, cap j) holds a batch;  y[c] <= z[i],  y[c] <= k[c]
+    k[c] >= 0: batches of class c;               sum_g x[g, c] <= capacity[c] * k[c]
+    x[g, c] in [0, n_g]: requests of group g (own shape level, own gen) in class c;  x[g, c] <= n_g y[c]
+    sum_c x[g, c] = n_g;  every limit a row (hard: a slack priced far above any plan keeps it solvable)
+Pairs x[g, c] are priced in (column generation) with one HiGHS model kept alive between rounds: new
+columns and their link rows are appended and the LP re-solved from the previous basis. At every round
+the Lagrangian (Farley) bound z_LP + sum_g n_g * min(0, min_c reduced cost[g, c]) is valid, so a time
+limit always leaves a bound.
+
+Only spec section 4 semantics are covered (under 4b the pre-search bound serves).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from models.cpsat_model import class_data
+from models.instance import Instance, gen_ladder, limit_rhs
+
+log = logging.getLogger(__name__)
+INF = math.inf
+PENALTY = 100.0          # a limit exceeded by its own size costs this many times the reference objective
+
+
+@dataclass
+class BoundResult:
+    """What the bound stage reached."""
+
+    bound: float = field(metadata={"description": "valid lower bound on every plan meeting the limits"})
+    lp_value: float = field(metadata={"description": "objective of the last restricted LP"})
+    converged: bool = field(metadata={"description": "no pair with negative reduced cost was left"})
+    rounds: int = field(metadata={"description": "LP solves"})
+    columns: int = field(metadata={"description": "pairs written"})
+    time_s: float = field(metadata={"description": "wall time"})
+    caps: dict = field(default_factory=dict, metadata={"description": "gen caps per bucket (count)"})
+    history: list = field(default_factory=list, metadata={"description": "(LP value, Lagrangian bound) per round"})
+
+
+def floor_caps(gen: np.ndarray, max_caps: int) -> np.ndarray:
+    """A cap ladder for rounding down: every distinct gen when few, else the DP ladder plus the shortest gen."""
+    caps, _ = gen_ladder(gen, max_caps)
+    return np.unique(np.r_[caps, gen.min()]).astype(np.int64)
+
+
+class BucketLP:
+    """One bucket's classes, groups and pair bookkeeping for the bound LP."""
+
+    def __init__(self, inst: Instance, name: str, shapes: np.ndarray, max_caps: int, weights: dict, offset: int):
+        cfg, req = inst.cfg, inst.requests[name]
+        self.name, self.req = name, req
+        limits = dict(inst.cfg_bucket(name).limits.items())
+        caps = floor_caps(req.gen, max_caps)
+        level = np.searchsorted(shapes, req.fit, side="left")
+        cap_level = np.searchsorted(caps, req.gen, side="right") - 1          # rounded down
+        fine = level * (int(req.gen.max()) + 1) + req.gen                      # groups: (level, own gen)
+        keys, self.request_group, self.n = np.unique(fine, return_inverse=True, return_counts=True)
+        self.caps = caps
+        self.gi = keys // (int(req.gen.max()) + 1)
+        self.gj = np.searchsorted(caps, keys % (int(req.gen.max()) + 1), side="right") - 1
+        counts = np.zeros((len(shapes), len(caps)), dtype=np.int64)
+        np.add.at(counts, (level, cap_level), 1)
+        from models.instance import BucketGroups
+        groups = BucketGroups(name, caps, counts, req.real_tokens, True)
+        d = class_data(cfg, inst.costs, shapes, groups, limits, req)
+        self.ci, self.cj = np.nonzero(d.capacity > 0)
+        ci, cj = self.ci, self.cj
+        wc, wp, ws = (weights.get(k, 0.0) for k in ("cost", "pad_tokens", "sequential_time_ms"))
+        oh = cfg.cost_model.batch_overhead_cost
+        self.obj_x = wc * d.per_request[ci, cj] + wp * d.tokens[ci, cj]
+        self.obj_k = wc * oh + ws * d.latency[ci, cj]
+        self.cap = d.capacity[ci, cj].astype(np.float64)
+        self.constant = wc * d.cost_const + wp * d.pad_const
+        rhs = limit_rhs(limits, groups, d.pad_const)
+        if "cost" in rhs:
+            rhs["cost"] -= d.cost_const
+        lat = d.latency[ci, cj]
+        # limits: name -> (coefficient per member of each class, coefficient per batch of each class, rhs)
+        C = len(ci)
+        self.limits = {}
+        if "sequential_time_ms" in rhs:
+            self.limits["sequential_time_ms"] = (np.zeros(C), lat, rhs["sequential_time_ms"])
+        if "pad" in rhs:
+            self.limits["pad"] = (d.tokens[ci, cj].astype(np.float64), np.zeros(C), rhs["pad"])
+        for key in ("p95_latency_ms", "p99_latency_ms"):
+            if key in rhs:
+                self.limits[key] = ((lat > limits[key]).astype(np.float64), np.zeros(C), rhs[key])
+        if "cost" in rhs:
+            self.limits["cost"] = (d.per_request[ci, cj], np.full(C, oh), rhs["cost"])
+        self.offset = offset          # first row of this bucket's fixed rows
+        self.written = np.zeros((len(self.n), C), dtype=bool)
+        self.col_of = np.full((len(self.n), C), -1, dtype=np.int64)      # LP column of each written pair
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.ci)
+
+    def group_of_requests(self) -> np.ndarray:
+        return self.request_group
+
+    def eligible(self, gs: np.ndarray) -> np.ndarray:
+        return (self.ci[None, :] >= self.gi[gs][:, None]) & (self.cj[None, :] >= self.gj[gs][:, None])
+
+
+class GlobalBound:
+    """The bound LP in one live HiGHS model, grown column by column."""
+
+    def __init__(self, inst: Instance, weights: dict, reference: float, max_caps: int = 160):
+        import highspy
+
+        self.inst = inst
+        self.shapes = np.asarray(inst.all_shapes, dtype=np.int64)
+        self.reference = max(abs(reference), 1.0)
+        self.h = quiet_highs(highspy)
+        self.h.setOptionValue("output_flag", False)
+        self.h.setOptionValue("simplex_strategy", int(os.environ.get("SP_SIMPLEX", 4)))  # 4: primal (new columns keep the basis feasible)
+        self.inf = highspy.kHighsInf
+        self.optimal = highspy.HighsModelStatus.kOptimal
+        self.weights = weights
+        self.buckets: list[BucketLP] = []
+        self._build(max_caps)
+
+    # --- assembly ---------------------------------------------------------------------------
+    def _col(self, cost, lo, hi) -> int:
+        self.h.addCol(float(cost) / self.reference, float(lo), float(hi) if math.isfinite(hi) else self.inf,
+                      0, np.zeros(0, dtype=np.int32), np.zeros(0))
+        self.ncols += 1
+        return self.ncols - 1
+
+    def _row(self, lo, hi, cols, vals) -> int:
+        cols = np.asarray(cols, dtype=np.int32)
+        self.h.addRow(float(lo) if math.isfinite(lo) else -self.inf, float(hi) if math.isfinite(hi) else self.inf,
+                      len(cols), cols, np.asarray(vals, dtype=np.float64))
+        self.nrows += 1
+        return self.nrows - 1
+
+    def _build(self, max_caps: int):
+        inst, P = self.inst, len(self.shapes)
+        self.ncols = self.nrows = 0
+        compile_cost = self.weights.get("cost", 0.0) * inst.costs.compile(self.shapes.astype(np.float64))
+        self.z = [self._col(compile_cost[i], 0, 1) for i in range(P)]
+        self._row(-INF, inst.cfg.shapes.max_unique, self.z, np.ones(P))
+        for name in inst.requests:
+            b = BucketLP(inst, name, self.shapes, max_caps, self.weights, self.nrows)
+            C = b.num_classes
+            b.y = np.array([self._col(0.0, 0, 1) for _ in range(C)])
+            b.k = np.array([self._col(b.obj_k[c], 0, INF) for c in range(C)])
+            b.demand = np.array([self._row(n, n, [], []) for n in b.n])
+            b.capacity = np.array([self._row(-INF, 0, [b.k[c]], [-b.cap[c]]) for c in range(C)])
+            for c in range(C):
+                self._row(-INF, 0, [b.y[c], b.k[c]], [1, -1])                   # y <= k
+                self._row(-INF, 0, [b.y[c], self.z[b.ci[c]]], [1, -1])          # y <= z
+            b.limit_rows = {}
+            for key, (per_x, per_k, rhs) in b.limits.items():
+                slack = self._col(PENALTY * self.reference / max(abs(rhs), 1.0), 0, INF)
+                nz = np.flatnonzero(per_k)
+                b.limit_rows[key] = self._row(-INF, rhs, np.r_[b.k[nz], slack], np.r_[per_k[nz], -1.0])
+            self.buckets.append(b)
+
+    def add_pairs(self, b: BucketLP, gs: np.ndarray, cs: np.ndarray) -> None:
+        """Columns x[g, c] with their entries (demand, capacity, limits) and their link rows."""
+        if len(gs) == 0:
+            return
+        b.written[gs, cs] = True
+        rows = [b.demand[gs], b.capacity[cs]]
+        vals = [np.ones(len(gs)), np.ones(len(gs))]
+        for key, (per_x, _, _) in b.limits.items():
+            nz = per_x[cs] != 0
+            rows.append(np.where(nz, b.limit_rows[key], -1))
+            vals.append(per_x[cs])
+        R, V = np.stack(rows, axis=1), np.stack(vals, axis=1)
+        keep = R >= 0
+        starts = np.r_[0, np.cumsum(keep.sum(axis=1))[:-1]].astype(np.int32)
+        first = self.ncols
+        self.h.addCols(len(gs), b.obj_x[cs] / self.reference, np.zeros(len(gs)), b.n[gs].astype(np.float64),
+                       int(keep.sum()), starts, R[keep].astype(np.int32), V[keep])
+        self.ncols += len(gs)
+        cols = np.arange(first, first + len(gs))
+        b.col_of[gs, cs] = cols
+        # links x - n_g y <= 0, one row each
+        link_cols = np.stack([cols, b.y[cs]], axis=1).ravel().astype(np.int32)
+        link_vals = np.stack([np.ones(len(gs)), -b.n[gs].astype(np.float64)], axis=1).ravel()
+        self.h.addRows(len(gs), np.full(len(gs), -self.inf), np.zeros(len(gs)), 2 * len(gs),
+                       np.arange(0, 2 * len(gs), 2, dtype=np.int32), link_cols, link_vals)
+        self.nrows += len(gs)
+
+    def seed_plan(self, plans: dict) -> None:
+        """Write the pairs a plan uses (each batch at the smallest candidate holding it, its cap the ladder cap
+        at or below its longest gen), so the first LP already holds that plan, limits met if the plan meets them."""
+        for b in self.buckets:
+            plan, req = plans[b.name], b.req
+            level = plan.batch_max(np.searchsorted(self.shapes, req.fit, side="left"))
+            lowered = np.searchsorted(self.shapes, plan.seq_align, side="right") - 1
+            bi = np.maximum(level, lowered)[plan.batch_of]
+            bj = (np.searchsorted(b.caps, plan.batch_max(req.gen), side="right") - 1)[plan.batch_of]
+            lookup = np.full((len(self.shapes), len(b.caps)), -1, dtype=np.int64)
+            lookup[b.ci, b.cj] = np.arange(b.num_classes)
+            cs = lookup[bi, bj]
+            gs = b.group_of_requests()
+            pairs = np.unique(np.stack([gs[cs >= 0], cs[cs >= 0]], axis=1), axis=0)
+            pairs = pairs[~b.written[pairs[:, 0], pairs[:, 1]]]
+            self.add_pairs(b, pairs[:, 0], pairs[:, 1])
+
+    def seed(self, per_group: int = 4) -> None:
+        """Start from each group's own class, a few caps above it, and the top class (always feasible)."""
+        for b in self.buckets:
+            lookup = {(int(i), int(j)): c for c, (i, j) in enumerate(zip(b.ci, b.cj))}
+            top = lookup[(int(b.ci.max()), int(b.cj[b.ci == b.ci.max()].max()))]
+            gs, cs = [], []
+            for g in range(len(b.n)):
+                for dj in range(per_group):
+                    c = lookup.get((int(b.gi[g]), int(b.gj[g]) + dj))
+                    if c is not None:
+                        gs.append(g), cs.append(c)
+                gs.append(g), cs.append(top)
+            pairs = np.unique(np.array([gs, cs]).T, axis=0)
+            self.add_pairs(b, pairs[:, 0], pairs[:, 1])
+
+    # --- solving ----------------------------------------------------------------------------
+    def run(self, time_limit_s: float, per_group: int = 8, progress: bool = True, plans: dict | None = None) -> BoundResult:
+        start = time.monotonic()
+        self.seed()
+        if plans:
+            self.seed_plan(plans)
+        rounds, bound, value, converged, history = 0, -INF, INF, False, []
+        while time.monotonic() - start < time_limit_s:
+            self.h.setOptionValue("time_limit", max(time_limit_s - (time.monotonic() - start), 0.5))
+            self.h.run()
+            rounds += 1
+            if self.h.getModelStatus() != self.optimal:
+                log.info("bound: LP stopped (%s)", self.h.modelStatusToString(self.h.getModelStatus()))
+                break
+            value = self.h.getInfo().objective_function_value * self.reference + self.constant
+            solution = self.h.getSolution()
+            duals = np.asarray(solution.row_dual) * self.reference
+            col_duals = np.asarray(solution.col_dual) * self.reference
+            lagrange, added = 0.0, 0
+            for b in self.buckets:
+                gap, gs, cs = self._price(b, duals, col_duals, per_group)
+                lagrange += gap
+                self.add_pairs(b, gs, cs)
+                added += len(gs)
+            bound = max(bound, value + lagrange)
+            history.append((value, value + lagrange))
+            if progress:
+                log.info("bound  LP %.6g  lagrangian bound %.6g  pairs +%d  round %d  elapsed %.1fs",
+                         value, bound, added, rounds, time.monotonic() - start)
+            if added == 0:
+                converged, bound = True, max(bound, value)
+                break
+        columns = int(sum(b.written.sum() for b in self.buckets))
+        caps = {b.name: len(b.caps) for b in self.buckets}
+        return BoundResult(bound, value, converged, rounds, columns, time.monotonic() - start, caps, history)
+
+    @property
+    def constant(self) -> float:
+        return sum(b.constant for b in self.buckets)
+
+    def _price(self, b: BucketLP, duals: np.ndarray, col_duals: np.ndarray, per_group: int,
+               chunk: int = 4_000_000):
+        """(Lagrangian term, new groups, new classes). The term is sum_g n_g * min_c rc[g, c] less what the
+        restricted LP already counts for written pairs at their upper bound, with rc of a written pair its
+        LP reduced cost (link row included) and of an unwritten one c - A^T y (its link row's dual is 0):
+        the demand rows kept, every other row dualized. New pairs: the most negative unwritten per group."""
+        base = b.obj_x - duals[b.capacity]
+        for key, (per_x, _, _) in b.limits.items():
+            base = base - duals[b.limit_rows[key]] * per_x
+        pi = duals[b.demand]
+        tol = 1e-9 * max(float(np.abs(b.obj_x).max()), 1.0)
+        term, new_g, new_c = 0.0, [], []
+        step = max(1, chunk // max(b.num_classes, 1))
+        for lo in range(0, len(b.n), step):
+            gs = np.arange(lo, min(lo + step, len(b.n)))
+            fresh = np.where(b.eligible(gs), base[None, :] - pi[gs][:, None], np.inf)
+            cols = b.col_of[gs]
+            written = cols >= 0
+            lp_rc = np.where(written, col_duals[np.maximum(cols, 0)], 0.0)
+            rc = np.where(written, lp_rc, fresh)
+            term += float((b.n[gs] * rc.min(axis=1)).sum())
+            term -= float((b.n[gs][:, None] * np.minimum(lp_rc, 0.0)).sum())
+            fresh = np.where(written, np.inf, fresh)
+            order = np.argsort(fresh, axis=1)[:, :per_group]
+            take = np.take_along_axis(fresh, order, axis=1) < -tol
+            new_g.append(np.broadcast_to(gs[:, None], order.shape)[take])
+            new_c.append(order[take])
+        return term, np.concatenate(new_g), np.concatenate(new_c)
+
+
+def quiet_highs(highspy):
+    """A Highs instance without its start-up banner on stdout."""
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            return highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def global_bound(inst: Instance, reference: float, time_limit_s: float, max_caps: int = 160,
+                 progress: bool = True, plans: dict | None = None) -> BoundResult | None:
+    """The bound, or None where it does not apply (spec 4b semantics, or highspy missing)."""
+    if not inst.cfg.cost_model.section4:
+        return None
+    try:
+        import highspy  # noqa: F401
+    except ImportError:
+        log.warning("bound: highspy is not installed; only the pre-search bound is available")
+        return None
+    model = GlobalBound(inst, inst.cfg.objective.weight_map(), reference, max_caps)
+    return model.run(time_limit_s, progress=progress, plans=plans)
