@@ -71,12 +71,13 @@ def configure(dest: Path, files: list[str], tests: list[str]) -> None:
         fh.write("\n".join(lines) + "\n")
 
 
-def run_mutmut(dest: Path, workers: int, max_minutes: float, log_path: Path) -> bool:
-    """mutmut run in the snapshot; False when the time box ended it (finished mutants still count)."""
+def run_mutmut(dest: Path, workers: int, max_minutes: float, log_path: Path, names=()) -> bool:
+    """mutmut run in the snapshot (only the mutants matching `names`, when given); False when the time
+    box ended it (finished mutants still count)."""
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     with open(log_path, "w") as log:
         proc = subprocess.Popen([sys.executable, "-c", "from mutmut.__main__ import cli; cli()", "run",
-                                 "--max-children", str(workers)], cwd=dest, stdout=log, stderr=subprocess.STDOUT,
+                                 "--max-children", str(workers), *names], cwd=dest, stdout=log, stderr=subprocess.STDOUT,
                                 env=env, start_new_session=True)
         try:
             proc.wait(timeout=max_minutes * 60)
@@ -116,7 +117,8 @@ def collect(dest: Path, files: list[str]) -> dict[str, dict[str, str]]:
 
 def summary(stamp: dict, files: list[str], tests: list[str], workers: int, results: dict, diffs: dict,
             finished: bool, minutes: float) -> str:
-    cmd = "python scripts/mutation.py --files " + " ".join(files) + f" --workers {workers}"
+    cmd = "python scripts/mutation.py --files " + " ".join(files) + f" --workers {workers}" + \
+        (" --tests " + " ".join(tests) if tests != list(TESTS) else "")
     lines = ["# Mutation testing (mutmut)", "",
              f"Commit `{stamp['commit']}` ({stamp['tree']}), {datetime.date.today().isoformat()}, "
              f"{minutes:.1f} min with {workers} worker(s){'' if finished else ', stopped by the time box'}.", "",
@@ -155,6 +157,8 @@ def main(argv=None) -> int:
     p.add_argument("--max-minutes", type=float, default=120.0, help="time box; finished mutants are summarized")
     p.add_argument("--worktree", action="store_true", help="test the work tree as it is instead of HEAD")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "mutation.md", help="summary file")
+    p.add_argument("--mutants", nargs="+", default=(), help="only these mutant names or globs, e.g. "
+                   "'models.cost.x_quad*' (the summary then covers only them)")
     p.add_argument("--keep", type=Path, default=None, help="run in this directory and keep it (default: a temp dir)")
     args = p.parse_args(argv)
     try:
@@ -172,9 +176,11 @@ def main(argv=None) -> int:
         configure(dest, args.files, args.tests)
         log_path = dest / "mutmut.log"
         print(f"[mutation] {stamp['commit'][:12]} ({stamp['tree']}) in {dest}; log {log_path}", flush=True)
-        finished = run_mutmut(dest, args.workers, args.max_minutes, log_path)
+        finished = run_mutmut(dest, args.workers, args.max_minutes, log_path, args.mutants)
         results = collect(dest, args.files)
         log_text = log_path.read_text(errors="replace")
+        if args.mutants:                                   # the others were never tried
+            results = {f: {m: s for m, s in r.items() if s != "not checked"} for f, r in results.items()}
         checked = [s for f in results.values() for s in f.values() if s != "not checked"]
         if "Failed to run clean test" in log_text or not checked:
             sys.stderr.write(log_text[-3000:])

@@ -32,3 +32,15 @@ def test_nearest_rank():
     v = np.arange(1, 21)
     assert percentile_nearest_rank(v, 95) == 19 and percentile_nearest_rank(v, 99) == 20
     assert allowed_over(20, 95) == 1 and allowed_over(100, 99) == 1 and allowed_over(5, 95) == 0
+
+
+def test_nearest_rank_is_ceiled_not_rounded():
+    """Hand-computed ranks where ceil, round and a wrong divisor disagree (spec 4: index ceil(XX/100 n) - 1)."""
+    assert percentile_nearest_rank(np.array([7.0]), 95) == 7.0            # n = 1: the only value
+    assert percentile_nearest_rank(np.array([]), 95) == 0.0
+    v = np.arange(30, 0, -1)                                              # unsorted input, 30 values
+    assert percentile_nearest_rank(v, 95) == 29                           # ceil(28.5) = 29, round would give 28
+    assert allowed_over(30, 95) == 1
+    v = np.arange(1, 201)
+    assert percentile_nearest_rank(v, 95) == 190 and percentile_nearest_rank(v, 99) == 198
+    assert allowed_over(200, 95) == 10 and allowed_over(200, 99) == 2

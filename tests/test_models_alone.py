@@ -18,7 +18,8 @@ from models.instance import Instance, group_bucket
 from models.pair_model import PairModel
 from solver.pipeline import load_all
 from solver.polish import pairs_to_plan
-from solver.postprocess import classes_to_plan
+from models.plan import BucketPlan
+from solver.postprocess import classes_to_plan, plan_to_classes
 from tests.brute import (BucketAssignment, brute_force, broken_limits, objective_of, plan_metrics, plan_value,
                          validity_errors)
 from tests.helpers import load, make_config, rows_from
@@ -60,26 +61,57 @@ def pair_alone(cfg, reqs, reference: float):
     return res, model.value(res), {n: as_assignment(p) for n, p in plans.items()}
 
 
+def class_counts(req, shapes: list[int], a: BucketAssignment) -> dict:
+    """A plan's counts on the model's levels, from scratch: shape level = index of the batch's shape
+    among the candidates, gen level = index among the bucket's distinct gens (exact caps).
+    v[i, j0] requests of gen level j0 in a batch of shape i; w[i, j0, j] of those, in a batch of cap
+    level j; m[i, j] members and k[i, j] batches of class (i, j); use[i] shape i holds a batch."""
+    caps = sorted(set(int(g) for g in req.gen))
+    P, L = len(shapes), len(caps)
+    out = {"v": np.zeros((P, L), dtype=np.int64), "w": np.zeros((P, L, L), dtype=np.int64),
+           "m": np.zeros((P, L), dtype=np.int64), "k": np.zeros((P, L), dtype=np.int64),
+           "use": np.zeros(P, dtype=bool)}
+    members = {}
+    for r, b in enumerate(a.batch_of):
+        members.setdefault(b, []).append(r)
+    for b, rs in members.items():
+        i, j = shapes.index(int(a.seq_align[b])), caps.index(max(int(req.gen[r]) for r in rs))
+        out["m"][i, j] += len(rs)
+        out["k"][i, j] += 1
+        out["use"][i] = True
+        for r in rs:
+            out["v"][i, caps.index(int(req.gen[r]))] += 1
+            out["w"][i, caps.index(int(req.gen[r])), j] += 1
+    return out
+
+
+def model_terms(cfg, reqs):
+    """Candidate shapes and the groups of each bucket, as the models alone see them."""
+    shapes = np.asarray(Instance(cfg, reqs).all_shapes, dtype=np.int64)
+    groups = {n: group_bucket(r, shapes, cfg.solver.gen_caps) for n, r in reqs.items()}
+    for n, r in reqs.items():
+        assert groups[n].caps.tolist() == sorted(set(int(g) for g in r.gen))   # exact gen levels here
+    return shapes, groups
+
+
 def postprocess_alone(cfg, reqs, assignment):
-    """classes_to_plan fed the class counts of a given plan, counted here from scratch: (v, m) per
-    bucket on the model's levels (shape level = index of the batch's shape among the candidates, gen
-    level = index of the batch's longest gen among the bucket's distinct gens)."""
-    inst = Instance(cfg, reqs)
-    shapes = np.asarray(inst.all_shapes, dtype=np.int64)
+    """classes_to_plan fed the class counts (v, m) of a given plan, counted here from scratch."""
+    shapes, groups = model_terms(cfg, reqs)
     out = {}
     for name, req in reqs.items():
-        groups = group_bucket(req, shapes, cfg.solver.gen_caps)
-        caps = sorted(set(int(g) for g in req.gen))
-        assert groups.caps.tolist() == caps            # exact gen levels on these tiny traces
+        c = class_counts(req, shapes.tolist(), assignment[name])
+        out[name] = as_assignment(classes_to_plan(cfg, req, shapes, groups[name], c["v"], c["m"]))
+    return out
+
+
+def plan_to_classes_alone(cfg, reqs, assignment):
+    """plan_to_classes (the CP-SAT hint) of a given plan: {bucket: counts as in class_counts}."""
+    shapes, groups = model_terms(cfg, reqs)
+    out = {}
+    for name, req in reqs.items():
         a = assignment[name]
-        v = np.zeros((len(shapes), len(caps)), dtype=np.int64)
-        m = np.zeros_like(v)
-        for r, b in enumerate(a.batch_of):
-            members = [x for x, bb in enumerate(a.batch_of) if bb == b]
-            i = shapes.tolist().index(int(a.seq_align[b]))
-            v[i, caps.index(int(req.gen[r]))] += 1
-            m[i, caps.index(max(int(req.gen[x]) for x in members))] += 1
-        out[name] = as_assignment(classes_to_plan(cfg, req, shapes, groups, v, m))
+        c = plan_to_classes(cfg, req, shapes, groups[name], BucketPlan(np.asarray(a.batch_of), np.asarray(a.seq_align)))
+        out[name] = {"v": c.v, "w": c.w, "m": c.m, "k": c.k, "use": c.use}
     return out
 
 
@@ -230,6 +262,18 @@ def test_postprocess_realizes_the_optimum_counts(solved, name):
     cfg, reqs, best = solved(name)
     plans = postprocess_alone(cfg, reqs, best.assignment)
     assert_plan_meets_brute_force(cfg, reqs, plans, best, "postprocess")
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_plan_to_classes_counts_the_optimum(solved, name):
+    """The hint's counts of the brute-force optimum equal the counts made here from scratch."""
+    cfg, reqs, best = solved(name)
+    shapes, _ = model_terms(cfg, reqs)
+    got = plan_to_classes_alone(cfg, reqs, best.assignment)
+    for bucket, req in reqs.items():
+        want = class_counts(req, shapes.tolist(), best.assignment[bucket])
+        for key in want:
+            assert got[bucket][key].tolist() == want[key].tolist(), (bucket, key)
 
 
 def test_infeasible_limit_makes_no_cost_claim(tmp_path):
