@@ -13,7 +13,8 @@ from models.dp import best_count, shape_dp_counts
 from models.instance import Instance, aligned as align, quad_sum_coeffs
 from models.plan import BucketPlan
 from solver.batching import capacity, plan_from_shape_choice, round_up
-from solver.verify import bucket_metrics, limit_excess, plan_objective, rank
+from solver.postprocess import plan_figures
+from solver.verify import limit_excess, plan_objective, rank
 
 log = logging.getLogger(__name__)
 
@@ -260,7 +261,7 @@ def lagrange_search(batcher: LagrangeBatcher, objective, rounds: int = 24) -> Bu
     lam_ok, lam_bad = None, None
     for r in range(rounds):
         plan = batcher.plan(lam)
-        m = bucket_metrics(batcher.cfg, batcher.req, plan)
+        m = plan_figures(batcher.cfg, batcher.req, plan)
         broken = limit_excess(m, limits)
         key = (sum(broken.values()), objective(m))
         if best_key is None or (key[0] == 0 and (best_key[0] > 0 or key[1] < best_key[1])) or \
@@ -311,7 +312,7 @@ def dp_plans(inst: Instance, shapes: list[int], weights: dict[str, float]):
     for name, req in inst.requests.items():
         batcher = LagrangeBatcher(inst, name, round_up(req.fit, shapes), weights)
         plans[name] = lagrange_search(batcher, lambda m: bucket_objective(m, weights))
-        metrics[name] = bucket_metrics(inst.cfg, req, plans[name])
+        metrics[name] = plan_figures(inst.cfg, req, plans[name])
         limits[name] = batcher.limits
     _, _, objective = plan_objective(inst.cfg, metrics, weights)
     return rank(metrics, limits, objective), plans

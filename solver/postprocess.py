@@ -126,25 +126,34 @@ def member_latencies(cfg: Config, req: Requests, plan: BucketPlan) -> np.ndarray
     return Costs(cm).member_latency(length, context, plan.batch_max(req.gen)[plan.batch_of])
 
 
-def place_first_use(cfg: Config, req: Requests, plan: BucketPlan) -> BucketPlan:
-    """Batch ids and line order that put each shape's first-use latency where it hurts least: on the member
-    whose latency plus the warm-up crosses the fewest latency limits, then raises its batch's slowest
-    latency (the sequential time) least. The chosen batch of each shape gets the first id, the chosen
-    member the first line. Without first-use latency the plan is returned as it is."""
+def bucket_limits(cfg: Config, bucket: str) -> dict:
+    return next((dict(b.limits.items()) for b in cfg.buckets if b.name == bucket), {})
+
+
+def first_use_members(cfg: Config, req: Requests, plan: BucketPlan, lat: np.ndarray) -> np.ndarray:
+    """Per shape, the member whose latency plus the warm-up crosses the fewest latency limits, then raises its
+    batch's slowest latency (the sequential time) least."""
     fu = cfg.cost_model.first_use_ms
-    if not fu or len(req) == 0:
-        return plan
-    lat = member_latencies(cfg, req, plan)
     slowest = np.full(plan.num_batches, -np.inf)
     np.maximum.at(slowest, plan.batch_of, lat)
-    limits = dict(next(b for b in cfg.buckets if b.name == req.bucket).limits.items()) \
-        if any(b.name == req.bucket for b in cfg.buckets) else {}
-    crossed = sum(((lat <= v) & (lat + fu > v)).astype(np.int64)
-                  for k, v in limits.items() if k in ("p95_latency_ms", "p99_latency_ms", "max_latency_ms"))
+    limits = bucket_limits(cfg, req.bucket)
+    crossed = np.zeros(len(req))
+    for key in ("p95_latency_ms", "p99_latency_ms", "max_latency_ms"):
+        if key in limits:
+            crossed += (lat <= limits[key]) & (lat + fu > limits[key])
     raised = np.maximum(lat + fu - slowest[plan.batch_of], 0.0)
     shape = plan.seq_align[plan.batch_of]
-    best = np.lexsort((raised, np.asarray(crossed) + np.zeros(len(req)), shape))   # per shape, best first
-    first = best[np.r_[True, shape[best][1:] != shape[best][:-1]]]                # one member per shape
+    best = np.lexsort((raised, crossed, shape))                                   # per shape, best first
+    return best[np.r_[True, shape[best][1:] != shape[best][:-1]]]                # one member per shape
+
+
+def place_first_use(cfg: Config, req: Requests, plan: BucketPlan) -> BucketPlan:
+    """Batch ids and line order that put each shape's first-use latency where it hurts least (see
+    first_use_members): the chosen batch of each shape gets the first id, the chosen member the first
+    line. Without first-use latency the plan is returned as it is."""
+    if not cfg.cost_model.first_use_ms or len(req) == 0:
+        return plan
+    first = first_use_members(cfg, req, plan, member_latencies(cfg, req, plan))
     chosen = plan.batch_of[first]
     rank = np.full(plan.num_batches, -1, dtype=np.int64)
     rank[chosen] = np.arange(len(chosen))
@@ -156,3 +165,45 @@ def place_first_use(cfg: Config, req: Requests, plan: BucketPlan) -> BucketPlan:
     lead[first] = -1
     order = np.lexsort((np.arange(len(req)), lead, rank[plan.batch_of]))
     return BucketPlan(plan.batch_of, plan.seq_align, ids, order)
+
+
+@dataclass
+class Figures:
+    """A plan's metrics on the optimizer's side (closed forms, models/cost.py), for ranking plans inside the
+    heuristics and the search; every plan that leaves the optimizer is measured by the verifier instead."""
+
+    cost: float
+    batch_cost: float
+    pad_tokens: int
+    pad_ratio: float
+    p95_latency_ms: float
+    p99_latency_ms: float
+    max_latency_ms: float
+    sequential_time_ms: float
+    num_requests: int
+    shapes: list
+
+
+def plan_figures(cfg: Config, req: Requests, plan: BucketPlan) -> Figures:
+    """Spec 4 / 4b metrics of one bucket's plan, the first-use latency placed as the plan writer places it."""
+    cm, costs = cfg.cost_model, Costs(cfg.cost_model)
+    a = aligned(req.prompt, cfg.shapes.granularity)
+    s = plan.seq_align[plan.batch_of]
+    length = s if cm.prefill_length == "shape" else a
+    context = (plan.seq_align if cm.decode_context == "shape" else plan.batch_max(a))[plan.batch_of]
+    gmax = plan.batch_max(req.gen)
+    lat = costs.member_latency(length, context, gmax[plan.batch_of])
+    if cm.first_use_ms and len(req):
+        lat[first_use_members(cfg, req, plan, lat)] += cm.first_use_ms
+    used = np.bincount(plan.batch_of, minlength=plan.num_batches) > 0
+    slowest = np.full(plan.num_batches, -np.inf)
+    np.maximum.at(slowest, plan.batch_of, lat)
+    shapes = sorted(int(x) for x in np.unique(plan.seq_align[used]))
+    batch_cost = float(costs.member_cost(length, context, gmax[plan.batch_of]).sum()
+                       + used.sum() * cm.batch_overhead_cost)
+    own = float(costs.compile(np.array(shapes, dtype=np.float64)).sum()) if cm.compile_in_bucket_cost else 0.0
+    pad = int(((s if cm.prompt_pad == "shape" else a) - req.prompt).sum() + (gmax[plan.batch_of] - req.gen).sum())
+    ordered = np.sort(lat)
+    rank = lambda pct: float(ordered[max(-(-pct * len(lat) // 100) - 1, 0)]) if len(lat) else 0.0
+    return Figures(batch_cost + own, batch_cost, pad, pad / max(req.real_tokens, 1), rank(95), rank(99),
+                   float(lat.max()) if len(lat) else 0.0, float(slowest[used].sum()), len(req), shapes)

@@ -89,3 +89,22 @@ def test_compile_in_bucket_cost_counts_own_shapes_only():
     on, off = config("shape", "shape", "shape", 0.0, True), config("shape", "shape", "shape", 0.0, False)
     extra = bucket_metrics(on, req, plan).cost - bucket_metrics(off, req, plan).cost
     assert extra == pytest.approx(q(TASK["compile_cost"], 64) + q(TASK["compile_cost"], 128))
+
+
+@pytest.mark.parametrize("keys", KEYS[::3], ids=["-".join(map(str, k)) for k in KEYS[::3]])
+def test_optimizer_figures_equal_the_spec_on_the_written_plan(keys):
+    """The optimizer's own figures (closed forms, first use placed as the writer places it) equal the spec
+    recomputation of the plan the writer produces."""
+    from solver.postprocess import place_first_use, plan_figures
+
+    cfg = config(*keys)
+    rng = np.random.default_rng(100 + KEYS.index(keys))
+    req, plan = random_plan(rng)
+    plan = BucketPlan(plan.batch_of, plan.seq_align)
+    written = place_first_use(cfg, req, plan)
+    ref = recompute(cfg, req, written.batch_of, written.seq_align,
+                    None if written.batch_ids is None else list(written.batch_ids), written.order)
+    fig = plan_figures(cfg, req, plan)
+    for key in ("cost", "batch_cost", "sequential_time_ms", "p95_latency_ms", "p99_latency_ms", "max_latency_ms"):
+        assert getattr(fig, key) == pytest.approx(ref[key], rel=1e-9), key
+    assert fig.pad_tokens == ref["pad_tokens"]
