@@ -127,3 +127,14 @@ def test_conservative_limits_give_valid_plans(tmp_path, key, factor):
         pytest.skip("no plan meets this limit")
     assert sol.objective is not None and not broken_limits(cfg, metrics)
     assert objective_of(cfg, metrics) >= best * (1 - 1e-9)
+
+
+def test_levels_without_batches_need_no_covering_shape():
+    """Context mode: a bucket's used shapes cover the levels it has batches at; other levels may be left
+    uncovered (regression: the writer refused such a solution)."""
+    from models.instance import Space
+    from solver.postprocess import level_shapes
+
+    space = Space(np.array([64, 128, 256]), np.array([64, 128, 256]), np.array([0, 1, 2]), True, 64)
+    assert level_shapes(space, np.array([True, False, False])).tolist() == [64, 64, 64]
+    assert level_shapes(space, np.array([False, True, True])).tolist() == [128, 128, 256]
