@@ -158,6 +158,9 @@ CASES = {
                     {"a": {"pad_ratio": 0.4}}, 2, 3, None, CHEAP_COMPILE),   # a's limit changes b's shapes
     "two_buckets_seq": ({"a": ([40, 100, 250], [10, 12, 5]), "b": ([60, 130, 190], [10, 30, 40])},
                         {"a": {"sequential_time_ms": 290}, "b": {"pad_tokens": 150}}, 3, 2, None, {}),
+    # classes (64, gen 20) and (192, gen 10) at levels (0, 1) and (2, 0): distinct classes, however keyed
+    "class_keys_collide": ({"a": ([40, 60, 100, 190, 150, 250], [20, 20, 10, 10, 10, 10])}, {"a": {"pad_ratio": 0.3}},
+                           3, 3, None, CHEAP_COMPILE),
     "candidates": ({"a": ([40, 100, 130, 60, 250], [10, 12, 30, 10, 5])}, {}, 2, 3, None,
                    {"shapes": {"candidates": [128, 320, 448]}}),
     "candidates_pad": ({"a": ([40, 100, 130, 60, 250], [10, 12, 30, 10, 5])}, {"a": {"pad_ratio": 1.0}}, 2, 3, None,
