@@ -38,6 +38,7 @@ ROW_BUDGET = 2 ** 60    # sum of |coefficient| x bound of one limit row at most
 OBJ_BUDGET = 2 ** 60    # the same for the objective's plan terms, and again for its slack terms
 SLACK_STEPS = 10 ** 6   # a limit's slack counts its excess in at most this many steps
 VALID_STATUSES = ("OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN")
+LATENCY_LIMITS = ("p95_latency_ms", "p99_latency_ms", "max_latency_ms")
 
 
 @dataclass
@@ -102,6 +103,7 @@ class ModelSolution:
     m: dict[str, np.ndarray] = field(default_factory=dict)
     k: dict[str, np.ndarray] = field(default_factory=dict)
     bucket_use: dict[str, np.ndarray] = field(default_factory=dict)
+    wo: dict[str, np.ndarray] = field(default_factory=dict)   # [o, c, j] per origin bucket
     slack: dict[tuple[str, str], int] = field(default_factory=dict)
     interrupted: bool = False
 
@@ -148,7 +150,11 @@ class ShapeModel:
         self.weights = weights
         self.limits = {b.name: dict(b.limits.items()) for b in cfg.buckets}
         requests = requests or {}
-        self.data = {name: class_data(cfg, self.costs, self.space, g, self.limits[name], requests.get(name))
+        # origin[b]: bucket b's flow keeps each request's own level up to its class, so latency limits judge
+        # every member by its own latency (context mode: members of one batch differ by their own prefill)
+        self.origin = {name: self.space.context_mode and any(k in self.limits[name] for k in LATENCY_LIMITS)
+                       for name in groups}
+        self.data = {name: class_data(cfg, self.costs, self.space, g, self.class_limits(name), requests.get(name))
                      for name, g in groups.items()}
         # rhs[bucket][limit]: each limit as a sum over members or batches (see limit_rhs)
         self.rhs = {name: limit_rhs(self.limits[name], g, self.data[name].pad_const) for name, g in groups.items()}
@@ -162,8 +168,11 @@ class ShapeModel:
         self._make_variables()
         self._add_shape_count()
         for name in groups:
-            self._add_prompt_flow(name)
-            self._add_gen_flow(name)
+            if self.origin[name]:
+                self._add_origin_flow(name)
+            else:
+                self._add_prompt_flow(name)
+                self._add_gen_flow(name)
             self._add_batches(name)
             self._add_bucket_shapes(name)
             self._add_latency_limits(name)
@@ -174,6 +183,19 @@ class ShapeModel:
         problem = self.model.validate()
         if problem:
             raise RuntimeError(f"CP-SAT model invalid (a bug in the model builder): {problem}")
+
+    def class_limits(self, name: str) -> dict:
+        """The limits class_data applies per class: an origin bucket's max latency is judged per member."""
+        limits = dict(self.limits[name])
+        if self.origin[name]:
+            limits.pop("max_latency_ms", None)
+        return limits
+
+    def member_latency(self, name: str) -> np.ndarray:
+        """lat[o, c, j]: latency of a member of own level o in class (level c, cap j), first use left out."""
+        lv = self.levels.astype(np.float64)
+        caps = self.groups[name].caps.astype(np.float64)
+        return self.costs.member_latency(lv[:, None, None], lv[None, :, None], caps[None, None, :])
 
     # --- variables ------------------------------------------------------------------------
     def _int(self, ub: int, name: str):
@@ -189,6 +211,7 @@ class ShapeModel:
         # use[s]: shape s is compiled
         self.use = [self.model.new_bool_var(f"use[{s}]") for s in self.shapes]
         self.u, self.v, self.f, self.m, self.k = {}, {}, {}, {}, {}
+        self.gf, self.n, self.w = {}, {}, {}
         self.ub, self.has = {}, {}
         for name, g in self.groups.items():
             d, L = self.data[name], len(g.caps)
@@ -196,11 +219,16 @@ class ShapeModel:
                 for i, s in enumerate(self.shapes):
                     # ub[b, i]: bucket b's plan uses shape i
                     self.ub[(name, i)] = self.model.new_bool_var(f"ub[{name},{s}]")
+            if self.origin[name]:
+                self._make_origin_variables(name)
             for i in range(P):
                 if self.space.context_mode:
                     # has[b, i]: bucket b has a batch whose longest aligned prompt is level i
                     self.has[(name, i)] = self.model.new_bool_var(f"has[{name},{i}]")
                 for j in range(L):
+                    if self.origin[name]:
+                        self._make_class_variables(name, i, j)
+                        continue
                     key = (name, i, j)
                     # u[b, i, j]: requests of gen level j passing level i upward (not stopping)
                     self.u[key] = self._int(d.up[i, j] if i < P - 1 else 0, f"u{key}")
@@ -213,6 +241,28 @@ class ShapeModel:
                     self.m[key] = self._int(d.reach[i, j] if usable else 0, f"m{key}")
                     # k[b, i, j]: batches of class (level i, gen cap j)
                     self.k[key] = self._int(d.reach[i, j] if usable else 0, f"k{key}")
+
+    def _make_class_variables(self, name: str, i: int, j: int):
+        d, key = self.data[name], (name, i, j)
+        usable = d.capacity[i, j] > 0
+        self.m[key] = self._int(d.reach[i, j] if usable else 0, f"m{key}")
+        self.k[key] = self._int(d.reach[i, j] if usable else 0, f"k{key}")
+
+    def _make_origin_variables(self, name: str):
+        g, P, L = self.groups[name], len(self.levels), len(self.groups[name].caps)
+        own = np.cumsum(g.counts, axis=1)           # requests of own level o with gen level <= j
+        limit = self.limits[name].get("max_latency_ms")
+        lat = self.member_latency(name)
+        for o in range(P):
+            for j in range(L):
+                # gf[b, o, j]: requests of own level o passing gen cap j upward
+                self.gf[(name, o, j)] = self._int(own[o, j] if j < L - 1 else 0, f"gf{(name, o, j)}")
+                # n[b, o, j]: requests of own level o whose batch has gen cap j
+                self.n[(name, o, j)] = self._int(own[o, j], f"n{(name, o, j)}")
+                for c in range(o, P):
+                    fits = limit is None or lat[o, c, j] <= limit
+                    # w[b, o, c, j]: requests of own level o in class (level c, gen cap j)
+                    self.w[(name, o, c, j)] = self._int(own[o, j] if fits else 0, f"w{(name, o, c, j)}")
 
     def cells(self, name: str):
         return [(name, i, j) for i in range(len(self.levels)) for j in range(len(self.groups[name].caps))]
@@ -241,6 +291,19 @@ class ShapeModel:
                 if self.ub and not self.space.context_mode:
                     self.model.add(self.m[(name, i, j)] <= int(d.reach[i, j]) * self.ub[(name, i)])
 
+    def _add_origin_flow(self, name):
+        """Up the gen caps at each request's own level, then from own level o to class level c >= o:
+        counts[o, j] + gf[o, j-1] = n[o, j] + gf[o, j];  sum_c w[o, c, j] = n[o, j];  m[c, j] = sum_o w[o, c, j]."""
+        g, d, P = self.groups[name], self.data[name], len(self.levels)
+        for (_, o, j) in self.cells(name):
+            below = self.gf[(name, o, j - 1)] if j else 0
+            self.model.add(int(g.counts[o, j]) + below == self.n[(name, o, j)] + self.gf[(name, o, j)])
+            self.model.add(sum(self.w[(name, o, c, j)] for c in range(o, P)) == self.n[(name, o, j)])
+        for (_, c, j) in self.cells(name):
+            self.model.add(self.m[(name, c, j)] == sum(self.w[(name, o, c, j)] for o in range(c + 1)))
+            if d.reach[c, j] > 0 and d.capacity[c, j] > 0:
+                self.model.add(self.m[(name, c, j)] <= int(d.reach[c, j]) * self.has[(name, c)])
+
     def _add_batches(self, name):
         d = self.data[name]
         for key in self.cells(name):
@@ -262,11 +325,17 @@ class ShapeModel:
 
     def _add_latency_limits(self, name):
         d = self.data[name]
+        lat = self.member_latency(name) if self.origin[name] else None
         for key, pct in (("p95_latency_ms", 95), ("p99_latency_ms", 99)):
             limit = self.limits[name].get(key)
             if limit is None:
                 continue
-            slow = [(1, self.m[c], d.reach[c[1], c[2]]) for c in self.cells(name) if d.latency[c[1], c[2]] > limit]
+            if self.origin[name]:       # every member at its own latency
+                slow = [(1, x, int(self.groups[name].counts[o].sum())) for (b, o, c, j), x in self.w.items()
+                        if b == name and lat[o, c, j] > limit]
+            else:
+                slow = [(1, self.m[c], d.reach[c[1], c[2]]) for c in self.cells(name)
+                        if d.latency[c[1], c[2]] > limit]
             self.rows[(name, key)] = (slow, self.rhs[name][key], True)
 
     def _add_pad_limits(self, name):
@@ -373,6 +442,9 @@ class ShapeModel:
             for i in range(len(self.levels)):
                 if (name, i) in self.has:
                     self.model.add_hint(self.has[(name, i)], bool(c.v[i].sum() > 0))
+            if self.origin[name]:
+                self._hint_origin(name, c)
+                continue
             u = np.cumsum(g.counts - c.v, axis=0)
             f = np.cumsum(c.v - c.m, axis=1)
             for (_, i, j) in self.cells(name):
@@ -380,6 +452,25 @@ class ShapeModel:
                     var = store[(name, i, j)]
                     if not isinstance(var, int):
                         self.model.add_hint(var, int(values[i, j]))
+
+    def _hint_origin(self, name: str, c):
+        g = self.groups[name]
+        n = c.wo.sum(axis=1)                          # [o, j]
+        gf = np.cumsum(g.counts - n, axis=1)
+        for (b, o, j), var in self.n.items():
+            if b == name and not isinstance(var, int):
+                self.model.add_hint(var, int(n[o, j]))
+        for (b, o, j), var in self.gf.items():
+            if b == name and not isinstance(var, int):
+                self.model.add_hint(var, int(gf[o, j]))
+        for (b, o, cc, j), var in self.w.items():
+            if b == name and not isinstance(var, int):
+                self.model.add_hint(var, int(c.wo[o, cc, j]))
+        for (_, i, j) in self.cells(name):
+            for store, values in ((self.m, c.m), (self.k, c.k)):
+                var = store[(name, i, j)]
+                if not isinstance(var, int):
+                    self.model.add_hint(var, int(values[i, j]))
 
     def solve(self, time_limit_s: float, workers: int, seed: int, progress: bool = True) -> ModelSolution:
         solver = cp_model.CpSolver()
@@ -411,9 +502,17 @@ class ShapeModel:
                                                   dtype=bool)
             shape = (len(self.levels), len(g.caps))
             for store, out in ((self.v, sol.v), (self.m, sol.m), (self.k, sol.k)):
+                if store is self.v and self.origin[name_b]:
+                    continue
                 arr = np.zeros(shape, dtype=np.int64)
                 for (_, i, j) in self.cells(name_b):
                     var = store[(name_b, i, j)]
                     arr[i, j] = var if isinstance(var, int) else solver.value(var)
                 out[name_b] = arr
+            if self.origin[name_b]:
+                wo = np.zeros((len(self.levels), len(self.levels), len(g.caps)), dtype=np.int64)
+                for (b, o, c, j), var in self.w.items():
+                    if b == name_b:
+                        wo[o, c, j] = var if isinstance(var, int) else solver.value(var)
+                sol.wo[name_b] = wo
         return sol

@@ -51,15 +51,23 @@ def fill_by_counts(keys: np.ndarray, sort_key: np.ndarray, counts: np.ndarray) -
 
 
 def classes_to_plan(cfg: Config, req: Requests, shapes, groups: BucketGroups,
-                    v: np.ndarray, m: np.ndarray, bucket_use: np.ndarray | None = None) -> BucketPlan:
+                    v: np.ndarray | None, m: np.ndarray, bucket_use: np.ndarray | None = None,
+                    wo: np.ndarray | None = None) -> BucketPlan:
     """Concrete batches from class counts: requests climb levels in prompt order, then gen caps
-    in gen order (the flows are monotone, so this is always feasible); each class is chunked
+    in gen order (the flows are monotone, so this is always feasible); with origin counts wo[o, c, j]
+    they climb gen caps at their own level first, then go to their class level. Each class is chunked
     from its largest gen down so that chunks get tight caps."""
     space = as_space(cfg, shapes)
     seq_of_level = level_shapes(space, bucket_use)
     pi, gj = levels(req, space, groups.caps)
-    shape_of = fill_by_counts(gj, pi, v.T)            # per gen level, fill levels in prompt order
-    class_of = fill_by_counts(shape_of, req.gen, m)   # per level, fill caps in gen order
+    if wo is None:
+        shape_of = fill_by_counts(gj, pi, v.T)            # per gen level, fill levels in prompt order
+        class_of = fill_by_counts(shape_of, req.gen, m)   # per level, fill caps in gen order
+    else:
+        L = len(groups.caps)
+        class_of = fill_by_counts(pi, req.gen, wo.sum(axis=1))            # per own level, caps in gen order
+        shape_of = fill_by_counts(pi * L + class_of, req.prompt,           # per (own level, cap), class levels
+                                  wo.transpose(0, 2, 1).reshape(-1, wo.shape[1]))
     key = shape_of * len(groups.caps) + class_of
     order = np.lexsort((-req.gen, key))
     keys_sorted = key[order]
@@ -83,6 +91,7 @@ class ClassCounts:
     w: np.ndarray       # [i, j0, j] of those, the ones in a batch of gen cap level j
     m: np.ndarray       # [i, j] members of class (i, j)
     k: np.ndarray       # [i, j] batches of class (i, j)
+    wo: np.ndarray      # [o, i, j] members of own level o in class (i, j)
 
 
 def plan_to_classes(cfg: Config, req: Requests, shapes, groups: BucketGroups, plan: BucketPlan):
@@ -113,7 +122,9 @@ def plan_to_classes(cfg: Config, req: Requests, shapes, groups: BucketGroups, pl
         use[np.unique(b_shape[used])] = True
     w = np.zeros((P, L, L), dtype=np.int64)
     np.add.at(w, (b_shape[plan.batch_of], gj, b_cap[plan.batch_of]), 1)
-    return ClassCounts(use, v, w, m, k)
+    wo = np.zeros((P, P, L), dtype=np.int64)
+    np.add.at(wo, (space.level_of(req), b_shape[plan.batch_of], b_cap[plan.batch_of]), 1)
+    return ClassCounts(use, v, w, m, k, wo)
 
 
 # --- the plan writer's choice of where each shape's first-use latency lands (spec 4b) ----------
