@@ -199,8 +199,8 @@ def ray_start(ray, address: str | None) -> bool:
     if ray.is_initialized():
         return False
     kwargs = {"address": address, "log_to_driver": False, "logging_level": logging.WARNING}
-    if address is None and not os.environ.get("RAY_ADDRESS"):
-        kwargs.update(include_dashboard=False, _node_ip_address="127.0.0.1")   # a local instance: loopback only
+    if address is None and not os.environ.get("RAY_ADDRESS"):     # a new local instance, loopback only
+        kwargs.update(address="local", include_dashboard=False, _node_ip_address="127.0.0.1")
     ray.init(**kwargs)
     return True
 
