@@ -186,6 +186,17 @@ class Solver(Strict):
     log_progress: bool = Field(True, description="stream incumbent, bound and gap while searching")
     polish_share: float = Field(0.5, ge=0, lt=1, description="share of time_limit_s for the pair-MIP polish of "
                                                              "the best plan's assignment after CP-SAT (0 = off)")
+    lns_share: float = Field(0.25, ge=0, lt=1, description="share of time_limit_s for the large-neighbourhood "
+                                                          "search over shape sets before CP-SAT, whose best plan "
+                                                          "hints CP-SAT (0 = off); time the later stages leave "
+                                                          "goes back to it")
+
+    @model_validator(mode="after")
+    def _shares(self):
+        if self.polish_share + self.lns_share >= 1:
+            raise ValueError(f"polish_share + lns_share = {self.polish_share + self.lns_share:g} must be below 1 "
+                             "(the rest is CP-SAT's)")
+        return self
 
 
 class Output(Strict):

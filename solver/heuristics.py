@@ -165,10 +165,12 @@ def gen_runs(gens: np.ndarray, counts: np.ndarray, per_req: np.ndarray, per_batc
     Returns the list of (start, end) unit ranges."""
     u = len(gens)
     pref = np.concatenate([[0], np.cumsum(counts)])
+    lows = np.searchsorted(pref, pref[1:] - cap, side="left")
+    if u and int((np.arange(1, u + 1) - lows).max()) <= SMALL_WINDOW:
+        return gen_runs_small(pref, lows, per_req, per_batch)
     dp = np.full(u + 1, np.inf)
     dp[0] = 0.0
     back = np.zeros(u + 1, dtype=np.int64)
-    lows = np.searchsorted(pref, pref[1:] - cap, side="left")
     for e in range(1, u + 1):
         lo = min(int(lows[e - 1]), e - 1)
         cand = dp[lo:e] + (pref[e] - pref[lo:e]) * per_req[e - 1]
@@ -179,6 +181,33 @@ def gen_runs(gens: np.ndarray, counts: np.ndarray, per_req: np.ndarray, per_batc
     while e > 0:
         runs.append((int(back[e]), e))
         e = int(back[e])
+    return runs[::-1]
+
+
+SMALL_WINDOW = 96        # batches spanning at most this many units: gen_runs_small's plain loop is faster
+
+
+def gen_runs_small(pref: np.ndarray, lows: np.ndarray, per_req, per_batch) -> list[tuple[int, int]]:
+    """gen_runs in plain Python over short windows: the same arithmetic and the same (first) argmin."""
+    u = len(lows)
+    pref_l, lows_l = pref.tolist(), lows.tolist()
+    per_req_l = np.broadcast_to(np.asarray(per_req, dtype=np.float64), (u,)).tolist()
+    per_batch_l = np.broadcast_to(np.asarray(per_batch, dtype=np.float64), (u,)).tolist()
+    dp, back = [0.0] * (u + 1), [0] * (u + 1)
+    for e in range(1, u + 1):
+        lo = min(lows_l[e - 1], e - 1)
+        top, p = pref_l[e], per_req_l[e - 1]
+        best, arg = dp[lo] + (top - pref_l[lo]) * p, lo
+        for i in range(lo + 1, e):
+            v = dp[i] + (top - pref_l[i]) * p
+            if v < best:
+                best, arg = v, i
+        dp[e] = best + per_batch_l[e - 1]
+        back[e] = arg
+    runs, e = [], u
+    while e > 0:
+        runs.append((back[e], e))
+        e = back[e]
     return runs[::-1]
 
 

@@ -18,6 +18,7 @@ from models.requests import Requests, load_requests
 from solver.bounds import objective_bound
 from solver.current import current_plans
 from solver.heuristics import HEURISTICS
+from solver.lns import LnsSettings, ShapeSetSearch, run_lns
 from solver.polish import polish
 from solver.postprocess import classes_to_plan, place_first_use, plan_to_classes
 from solver.results import MethodResult, SolveResult, Stages
@@ -121,19 +122,24 @@ def semantics_scope(cfg: Config, space) -> list[str]:
 
 def run_cpsat(inst: Instance, heuristics: list[MethodResult], time_limit: float,
               stages: Stages | None = None, presearch_bound: float = -math.inf) -> MethodResult:
+    """The joint search, in stages sharing one deadline: the shape-set LNS (whose best plan joins the
+    heuristics as hint and candidate), CP-SAT, the pair-MIP polish of the best plan, and the LNS again
+    with whatever time the others left. The answer is the best verified candidate."""
     cfg = inst.cfg
     stages = stages if stages is not None else Stages()
     start = time.monotonic()
-    best_h = min(heuristics, key=rank_key) if heuristics else None
+    deadline = start + time_limit
     polish_share = cfg.solver.polish_share if polish_applies(cfg) else 0.0
-    search_s = time_limit * (1.0 - polish_share)
+    lns, search = run_lns_stage(inst, heuristics, start + time_limit * cfg.solver.lns_share, stages)
+    searched = heuristics + lns
+    best_h = min(searched, key=rank_key) if searched else None
+    cpsat_end = deadline - time_limit * polish_share
     with stages.timed("cpsat"):
-        space, groups, model = build_model(inst, heuristics, best_h)
-        build_s = time.monotonic() - start
+        space, groups, model = build_model(inst, searched, best_h)
+        cpsat_s = max(cpsat_end - time.monotonic(), 1.0)
         with stop.searching():
-            sol = model.solve(stop.time_left(max(search_s - build_s, 1.0)), cfg.solver.workers, cfg.solver.seed,
-                              cfg.solver.log_progress)
-    if sol.interrupted or (sol.status == "UNKNOWN" and sol.solve_time_s < 0.95 * max(search_s - build_s, 1.0)):
+            sol = model.solve(stop.time_left(cpsat_s), cfg.solver.workers, cfg.solver.seed, cfg.solver.log_progress)
+    if sol.interrupted or (sol.status == "UNKNOWN" and sol.solve_time_s < 0.95 * cpsat_s):
         stop.request()                  # CP-SAT stopped early on a Ctrl-C it caught itself
     interrupted = stop.requested()
     bound = max(sol.bound, presearch_bound)
@@ -151,14 +157,13 @@ def run_cpsat(inst: Instance, heuristics: list[MethodResult], time_limit: float,
                                         sol.bucket_use.get(n)) for n in groups}
         candidates.append(evaluate(inst, "cpsat", plans, 0.0, stages))
         candidates[-1].solver["plan_source"] = "cpsat"
-    for h in heuristics:
-        copy = MethodResult("cpsat", h.plans, h.metrics, h.shapes, h.total_cost, h.objective, 0.0,
-                            limits_of=h.limits_of)
-        copy.solver["plan_source"] = f"heuristic {h.method} (kept: better than the CP-SAT solution)"
-        candidates.append(copy)
+    candidates += [kept_copy(h) for h in searched]
     if candidates and polish_share > 0 and not interrupted:
-        candidates += run_polish(inst, min(candidates, key=rank_key), time_limit - (time.monotonic() - start),
-                                 stages, info)
+        candidates += run_polish(inst, min(candidates, key=rank_key), deadline - time.monotonic(), stages, info)
+    if search is not None and not stop.requested() and not proven(sol, bound, candidates, inst, space, groups):
+        more, _ = run_lns_stage(inst, candidates, deadline, stages, search)
+        candidates += more
+    lns_info(info, search)
     result = min(candidates, key=rank_key)
     source = result.solver.get("plan_source", "cpsat")
     result.solver = dict(info, plan_source=source)
@@ -166,6 +171,55 @@ def run_cpsat(inst: Instance, heuristics: list[MethodResult], time_limit: float,
     certify(result, bound, space, groups, inst, presearch_bound)
     result.time_s = time.monotonic() - start
     return result
+
+
+def kept_copy(h: MethodResult) -> MethodResult:
+    """A heuristic's (or the LNS's) plan as a cpsat candidate, saying where it came from."""
+    copy = MethodResult("cpsat", h.plans, h.metrics, h.shapes, h.total_cost, h.objective, 0.0, limits_of=h.limits_of)
+    source = h.solver.get("plan_source", f"heuristic {h.method}")
+    copy.solver["plan_source"] = f"{source} (kept: better than the CP-SAT solution)"
+    return copy
+
+
+def proven(sol, bound: float, candidates: list[MethodResult], inst: Instance, space, groups) -> bool:
+    """CP-SAT's bound proves the best candidate optimal for every valid plan: no time is worth spending."""
+    if not candidates or not math.isfinite(bound) or not is_global(inst, space, groups):
+        return False
+    best = min(candidates, key=rank_key)
+    return best.feasible and best.objective - bound <= GAP_TOLERANCE * abs(best.objective)
+
+
+def run_lns_stage(inst: Instance, known: list[MethodResult], deadline: float, stages: Stages,
+                  search: ShapeSetSearch | None = None) -> tuple[list[MethodResult], ShapeSetSearch | None]:
+    """The shape-set LNS until `deadline`, seeded with the shapes of the plans known so far (or
+    continuing `search`): ([its best plan, verified], the search), or ([], None) when it is off."""
+    cfg = inst.cfg
+    if search is None and cfg.solver.lns_share <= 0:
+        return [], None
+    if deadline - time.monotonic() < 0.5 or stop.requested():
+        return [], search
+    settings = LnsSettings(seed=cfg.solver.seed, log_progress=cfg.solver.log_progress)
+    seeds = [h.shapes for h in sorted(known, key=rank_key)]
+    start = time.monotonic()
+    with stages.timed("lns"):
+        with stop.interruptible():
+            found = run_lns(inst, deadline, settings, seeds, search)
+        if found.best is None:
+            return [], found.search
+        result = evaluate(inst, "lns", found.best.plans, time.monotonic() - start, stages)
+    result.solver["plan_source"] = f"lns shape-set search ({found.sets} sets)"
+    log.info("lns: objective %.6g, limits %s, shapes %s, %d sets in %.1fs", result.objective,
+             "met" if result.feasible else "broken", result.shapes, found.sets, found.elapsed_s)
+    return [result], found.search
+
+
+def lns_info(info: dict, search: ShapeSetSearch | None) -> None:
+    """The LNS figures in the report: best objective and shapes, sets evaluated, moves, restarts."""
+    if search is None or search.best is None:
+        return
+    info.update({"lns_objective": search.best.objective, "lns_shapes": list(search.best.shapes),
+                 "lns_limits_met": not search.best.key[0], "lns_sets": len(search.evaluator.sets),
+                 "lns_steps": search.steps, "lns_moves": search.moves, "lns_restarts": search.restarts})
 
 
 GAP_TOLERANCE = 1e-4     # a gap this small is reported as OPTIMAL (when the bound is global)
