@@ -191,10 +191,16 @@ class Solver(Strict):
                                                           "hints CP-SAT (0 = off); time the later stages leave "
                                                           "goes back to it")
 
+    bound_share: float = Field(0.0, ge=0, lt=1, description="share of time_limit_s for the global pair-LP bound "
+                                                            "(column generation, gen caps rounded down) before the "
+                                                            "search (0 = off; pays on long runs)")
+    bound_caps: int = Field(96, ge=2, le=2000, description="gen caps per bucket in the pair-LP bound")
+
     @model_validator(mode="after")
     def _shares(self):
-        if self.polish_share + self.lns_share >= 1:
-            raise ValueError(f"polish_share + lns_share = {self.polish_share + self.lns_share:g} must be below 1 "
+        total = self.polish_share + self.lns_share + self.bound_share
+        if total >= 1:
+            raise ValueError(f"polish_share + lns_share + bound_share = {total:g} must be below 1 "
                              "(the rest is CP-SAT's)")
         return self
 

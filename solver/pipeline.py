@@ -17,6 +17,7 @@ from models.plan import BucketPlan
 from models.requests import Requests, load_requests
 from solver.bounds import objective_bound
 from solver.current import current_plans
+from solver.global_bound import global_bound
 from solver.heuristics import HEURISTICS
 from solver.lns import LnsSettings, ShapeSetSearch, run_lns
 from solver.polish import polish
@@ -110,7 +111,8 @@ def semantics_scope(cfg: Config, space) -> list[str]:
     elif cm.decode_context == "batch":
         out.append("decode charged from seq_align, not the batch's longest aligned prompt (an upper estimate)")
     limits = {k for b in cfg.buckets for k, _ in b.limits.items()}
-    if cm.prefill_length == "request" and limits & {"p95_latency_ms", "p99_latency_ms", "max_latency_ms"}:
+    if cm.prefill_length == "request" and not space.context_mode and \
+            limits & {"p95_latency_ms", "p99_latency_ms", "max_latency_ms"}:
         out.append("latency limits count every member of a batch at its slowest member's latency (members with "
                    "shorter prompts are faster)")
     if cm.first_use_ms and "sequential_time_ms" in limits:
@@ -130,6 +132,7 @@ def run_cpsat(inst: Instance, heuristics: list[MethodResult], time_limit: float,
     start = time.monotonic()
     deadline = start + time_limit
     polish_share = cfg.solver.polish_share if polish_applies(cfg) else 0.0
+    lp = run_bound_stage(inst, heuristics, time_limit * cfg.solver.bound_share, stages)
     lns, search = run_lns_stage(inst, heuristics, start + time_limit * cfg.solver.lns_share, stages)
     searched = heuristics + lns
     best_h = min(searched, key=rank_key) if searched else None
@@ -148,13 +151,16 @@ def run_cpsat(inst: Instance, heuristics: list[MethodResult], time_limit: float,
             "model_objective": sol.objective, "solve_time_s": sol.solve_time_s,
             "bound_scope": bound_scope(inst, space, groups), "interrupted": interrupted,
             "num_variables": len(model.model.proto.variables), "candidate_shapes": len(space.shapes)}
+    if lp is not None:
+        info.update({"lp_bound": lp.bound, "lp_value": lp.lp_value, "lp_converged": lp.converged,
+                     "lp_rounds": lp.rounds, "lp_pairs": lp.columns, "lp_time_s": lp.time_s})
     if sol.status not in VALID_STATUSES:
         info["model_error"] = f"CP-SAT answered {sol.status}: a bug in the model; the plan below is not the optimizer's"
     candidates = []
     if sol.objective is not None:
         with stages.timed("postprocess"):
-            plans = {n: classes_to_plan(cfg, inst.requests[n], space, groups[n], sol.v[n], sol.m[n],
-                                        sol.bucket_use.get(n)) for n in groups}
+            plans = {n: classes_to_plan(cfg, inst.requests[n], space, groups[n], sol.v.get(n), sol.m[n],
+                                        sol.bucket_use.get(n), sol.wo.get(n)) for n in groups}
         candidates.append(evaluate(inst, "cpsat", plans, 0.0, stages))
         candidates[-1].solver["plan_source"] = "cpsat"
     candidates += [kept_copy(h) for h in searched]
@@ -168,7 +174,7 @@ def run_cpsat(inst: Instance, heuristics: list[MethodResult], time_limit: float,
     source = result.solver.get("plan_source", "cpsat")
     result.solver = dict(info, plan_source=source)
     result.solver["objective"] = result.objective
-    certify(result, bound, space, groups, inst, presearch_bound)
+    certify(result, sol.bound, space, groups, inst, (presearch_bound, info.get("lp_bound")))
     result.time_s = time.monotonic() - start
     return result
 
@@ -231,35 +237,41 @@ def polish_applies(cfg: Config) -> bool:
     return not Costs(cfg.cost_model).context_mode
 
 
-def certify(result: MethodResult, bound: float, space, groups, inst: Instance,
-            presearch_bound: float = -math.inf) -> None:
-    """Bound, gap and status as spec section 6 reads them: a cost bound only beside a plan meeting every
-    limit, OPTIMAL only when the gap is proven within GAP_TOLERANCE for every valid plan."""
+def run_bound_stage(inst: Instance, heuristics: list[MethodResult], time_s: float, stages: Stages):
+    """The global pair-LP bound (solver/global_bound.py), seeded with the best heuristic plan; None when off."""
+    if time_s <= 0:
+        return None
+    best = min(heuristics, key=rank_key) if heuristics else None
+    with stages.timed("lp_bound"):
+        return global_bound(inst, best.objective if best else 1.0, time_s, inst.cfg.solver.bound_caps,
+                            inst.cfg.solver.log_progress, best.plans if best else None)
+
+
+def certify(result: MethodResult, cpsat_bound: float, space, groups, inst: Instance,
+            global_bounds: tuple = ()) -> None:
+    """Bound, gap and status as spec section 6 reads them. best_bound is the largest bound that holds for
+    every valid plan meeting the limits (the pre-search bound, the pair-LP bound, and CP-SAT's own when its
+    model lost nothing: bound_global); a cost bound only beside a plan meeting every limit; OPTIMAL only
+    when the gap is proven within GAP_TOLERANCE."""
     info = result.solver
     info["model_status"] = info["status"]
-    info["bound_global"] = is_global(inst, space, groups)
     if not result.feasible:
-        info["penalized_bound"] = bound if math.isfinite(bound) else None
-        info["best_bound"], info["gap"] = None, None
+        info["penalized_bound"] = cpsat_bound if math.isfinite(cpsat_bound) else None
+        info["best_bound"], info["gap"], info["bound_global"] = None, None, None
         info["bound_note"] = ("the plan breaks limits, so no cost bound or gap applies; penalized_bound bounds the "
                               "model's objective with every unit of limit excess priced at 100x the reference plan")
         info["status"] = "FEASIBLE" if info["status"] in ("OPTIMAL", "FEASIBLE", "UNKNOWN") else info["status"]
         return
-    gap = max(0.0, (result.objective - bound) / abs(result.objective)) \
-        if result.objective and math.isfinite(bound) else None
-    info["best_bound"] = bound if math.isfinite(bound) else None
-    info["gap"] = gap
-    if gap is not None and bound > result.objective * (1 + 1e-9):
-        # the model's scope (pruned shapes, a ladder) does not hold this plan: only the global pre-search bound
-        info["gap"], info["best_bound"] = None, None
-        info["bound_note"] = "the plan lies outside the CP-SAT bound's scope (see bound_scope): the bound " \
-                             "given is the global pre-search bound"
-        if math.isfinite(presearch_bound) and presearch_bound <= result.objective * (1 + 1e-9):
-            info["best_bound"] = presearch_bound
-            info["gap"] = max(0.0, (result.objective - presearch_bound) / abs(result.objective))
-            info["bound_global"] = True
-    proven = gap is not None and gap <= GAP_TOLERANCE and info["bound_global"]
-    info["status"] = "OPTIMAL" if proven else "FEASIBLE"
+    bounds = [b for b in global_bounds if b is not None and math.isfinite(b)]
+    if is_global(inst, space, groups) and math.isfinite(cpsat_bound):
+        bounds.append(cpsat_bound)
+    bound = max(bounds) if bounds else None
+    info["best_bound"], info["bound_global"] = bound, bound is not None
+    info["gap"] = max(0.0, (result.objective - bound) / abs(result.objective)) \
+        if bound is not None and result.objective else None
+    if bound is not None and bound > result.objective * (1 + 1e-9):
+        raise AssertionError(f"a global bound {bound:.9g} above a valid plan's objective {result.objective:.9g}")
+    info["status"] = "OPTIMAL" if info["gap"] is not None and info["gap"] <= GAP_TOLERANCE else "FEASIBLE"
 
 
 def is_global(inst: Instance, space, groups) -> bool:
