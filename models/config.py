@@ -16,15 +16,49 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from models.engine import Engine
 from models.errors import InputError
+from models.files import read_text
 
 METRICS = ("cost", "sequential_time_ms", "pad_tokens")
 Metric = Literal["cost", "sequential_time_ms", "pad_tokens"]
 
 
+INT64 = 2 ** 63
+FLOAT_MAX = 1e30            # any float key, in magnitude: products of several stay finite
+
+
+def plain_number(key: str, value) -> None:
+    """ValueError for a boolean, a non-finite or huge float, or an integer outside int64 (walks lists and maps)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{key}={value!r} must be a number, not a boolean")
+    if isinstance(value, int) and not -INT64 <= value < INT64:
+        raise ValueError(f"{key}={value!r} is out of range (integers must fit in 64 bits: below 2**63)")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{key}={value!r} must be a finite number (null means no limit where a key allows it)")
+    if isinstance(value, float) and abs(value) > FLOAT_MAX:
+        raise ValueError(f"{key}={value!r} is out of range (at most {FLOAT_MAX:g} in magnitude)")
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            plain_number(key, item)
+    if isinstance(value, dict):
+        for name, item in value.items():
+            plain_number(f"{key}.{name}", item)
+
+
 class Strict(BaseModel):
-    """Base: unknown keys are errors, values are validated on assignment too."""
+    """Base: unknown keys are errors, values are validated on assignment too; every number is a plain,
+    finite number of range (no booleans for numbers, ints fit in int64)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plain_numbers(cls, data):
+        if isinstance(data, dict):
+            for key, value in data.items():
+                field = cls.model_fields.get(key) if isinstance(key, str) else None
+                if field is not None and re.search(r"\b(int|float)\b", str(field.annotation)):
+                    plain_number(key, value)
+        return data
 
 
 def _non_negative(name: str, value):
@@ -82,11 +116,11 @@ class Bucket(Strict):
 class Shapes(Strict):
     """The compiled shape set."""
 
-    max_unique: int = Field(8, ge=1, description="distinct shapes at most, across all buckets")
-    granularity: int = Field(64, ge=1, description="seq_align is a positive multiple of this")
+    max_unique: int = Field(8, ge=1, le=10_000, description="distinct shapes at most, across all buckets")
+    granularity: int = Field(64, ge=1, le=2 ** 40, description="seq_align is a positive multiple of this")
     candidates: Union[Literal["auto"], list[int]] = Field("auto", description="'auto' or explicit seq_align values")
-    heads_align: int = Field(32, ge=1, description="heads alignment written into every shape")
-    hidden_align: int = Field(4096, ge=1, description="hidden alignment written into every shape")
+    heads_align: int = Field(32, ge=1, le=2 ** 31, description="heads alignment written into every shape")
+    hidden_align: int = Field(4096, ge=1, le=2 ** 31, description="hidden alignment written into every shape")
 
     @model_validator(mode="after")
     def _check_candidates(self):
@@ -103,8 +137,8 @@ class Shapes(Strict):
 class Batching(Strict):
     """Limits on one batch."""
 
-    max_batch_size: int = Field(64, ge=1, description="requests per batch at most")
-    max_batch_tokens: Optional[int] = Field(None, ge=1, description="n * (seq_align + max gen_len) at most this")
+    max_batch_size: int = Field(64, ge=1, le=1_000_000, description="requests per batch at most")
+    max_batch_tokens: Optional[int] = Field(None, ge=1, le=2 ** 50, description="n * (seq_align + max gen_len) at most this")
 
 
 Quadratic = tuple[float, float, float]
@@ -177,12 +211,12 @@ class Objective(Strict):
 class Solver(Strict):
     """CP-SAT settings."""
 
-    time_limit_s: float = Field(60, gt=0, description="wall time for the CP-SAT search and the polish after it")
-    workers: int = Field(0, ge=0, description="search workers, 0 = all cores")
-    seed: int = Field(0, description="random seed")
+    time_limit_s: float = Field(60, gt=0, le=1.0e7, description="wall time for the CP-SAT search and the polish after it")
+    workers: int = Field(0, ge=0, le=1024, description="search workers, 0 = all cores")
+    seed: int = Field(0, ge=0, le=2 ** 31 - 1, description="random seed")
     gen_caps: int = Field(48, ge=2, le=2000, description="gen-length caps per bucket in the model (exact when the "
                                                          "trace has at most this many distinct gen lengths)")
-    max_candidates: int = Field(64, ge=1, description="candidate shapes in the model at most (pruned beyond)")
+    max_candidates: int = Field(64, ge=1, le=100_000, description="candidate shapes in the model at most (pruned beyond)")
     log_progress: bool = Field(True, description="stream incumbent, bound and gap while searching")
     polish_share: float = Field(0.5, ge=0, lt=1, description="share of time_limit_s for the pair-MIP polish of "
                                                              "the best plan's assignment after CP-SAT (0 = off)")
@@ -190,7 +224,6 @@ class Solver(Strict):
                                                           "search over shape sets before CP-SAT, whose best plan "
                                                           "hints CP-SAT (0 = off); time the later stages leave "
                                                           "goes back to it")
-
     bound_share: float = Field(0.0, ge=0, lt=1, description="share of time_limit_s for the global pair-LP bound "
                                                             "(column generation, gen caps rounded down) before the "
                                                             "search (0 = off; pays on long runs)")
@@ -237,8 +270,27 @@ class Config(Strict):
 
 # --- YAML reading ---------------------------------------------------------------------------
 
+class DuplicateKey(yaml.YAMLError):
+    def __init__(self, key, line: int, first: int):
+        super().__init__(f"duplicate key {key!r}")
+        self.key, self.line, self.first = key, line, first
+
+
 class _Loader(yaml.SafeLoader):
-    """SafeLoader that reads 1e7 / 1.0e7 / 5e-3 as floats (YAML 1.1 needs a dot and a sign)."""
+    """SafeLoader that reads 1e7 / 1.0e7 / 5e-3 as floats (YAML 1.1 needs a dot and a sign) and refuses
+    a key given twice in one mapping (plain YAML keeps the last silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = getattr(key_node, "value", None)
+            if not isinstance(key, str) or key == "<<":
+                continue
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise DuplicateKey(key, line, seen[key])
+            seen[key] = line
+        return super().construct_mapping(node, deep)
 
 
 _FLOAT = re.compile(r"^[-+]?(?:\d[\d_]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$|^[-+]?\.(?:inf|Inf|INF)$|^\.(?:nan|NaN|NAN)$")
@@ -263,13 +315,14 @@ def _line_map(node, path=(), out=None) -> dict[tuple, int]:
 
 
 def _read_yaml(path: Path) -> tuple[dict, dict]:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read config ({exc.strerror or exc})") from None
+    text = read_text(path, "config", 64 << 20)
     try:
         node = yaml.compose(text, Loader=_Loader)
         data = yaml.load(text, Loader=_Loader)
+    except DuplicateKey as exc:
+        raise InputError(f"{path}:{exc.line}: duplicate key {exc.key!r} (first at line {exc.first})") from None
+    except RecursionError:
+        raise InputError(f"{path}: config nested too deeply") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark else ""
@@ -316,11 +369,20 @@ def load_config(path: str | Path, overrides: dict[str, object] | None = None) ->
     except ValidationError as exc:
         raise InputError(_describe(exc.errors()[0], lines, path)) from None
     base = path.resolve().parent
-    for bucket in cfg.buckets:
-        bucket.requests = (base / bucket.requests).resolve()
-    cfg.output.dir = (base / cfg.output.dir).resolve()
+    for i, bucket in enumerate(cfg.buckets):
+        bucket.requests = _resolve(base / bucket.requests, path, lines, ("buckets", i, "requests"))
+    cfg.output.dir = _resolve(base / cfg.output.dir, path, lines, ("output", "dir"))
     cfg.source = path.resolve()
     return cfg
+
+
+def _resolve(target: Path, path: Path, lines: dict, key: tuple) -> Path:
+    """An absolute path; a symlink loop is an error naming the key."""
+    try:
+        return target.resolve()
+    except (OSError, RuntimeError) as exc:
+        dotted = ".".join(f"[{k}]" if isinstance(k, int) else k for k in key).replace(".[", "[")
+        raise InputError(f"{path}:{lines.get(key, 1)}: {dotted}={str(target)!r} cannot be resolved ({exc})") from None
 
 
 def list_items(items: list, part: str) -> list:

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from models.errors import InputError
+from models.files import read_text
 
 
 @dataclass
@@ -73,25 +74,51 @@ class PlanRows:
     lines: np.ndarray
 
 
-def read_plan_file(path: Path) -> PlanRows:
-    """Parse a plan JSONL; malformed lines raise InputError naming the line."""
+PLAN_KEYS = ("request_id", "batch_id", "shape")
+SHAPE_KEYS = ("seq_align", "heads_align", "hidden_align")
+MAX_SEQ_ALIGN = 2 ** 42          # above any aligned prompt (prompt_len <= 2**40, granularity <= 2**40)
+
+
+def plan_record(path: Path, line: int, text: str) -> tuple:
+    """One plan line, checked: exactly the spec's keys, string ids, plain integer shape fields."""
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read plan ({exc.strerror or exc})") from None
+        obj = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise InputError(f"{path}:{line}: malformed plan line ({getattr(exc, 'msg', 'nested too deeply')})") from None
+    if not isinstance(obj, dict):
+        raise InputError(f"{path}:{line}: a plan line must be a JSON object, not {type(obj).__name__}")
+    for key in obj:
+        if key not in PLAN_KEYS:
+            raise InputError(f"{path}:{line}: unknown field {key!r} (fields are {', '.join(PLAN_KEYS)})")
+    for key in PLAN_KEYS:
+        if key not in obj:
+            raise InputError(f"{path}:{line}: missing field {key!r}")
+    for key in ("request_id", "batch_id"):
+        if not isinstance(obj[key], str) or not obj[key]:
+            raise InputError(f"{path}:{line}: {key}={obj[key]!r} must be a non-empty string")
+    shape = obj["shape"]
+    if not isinstance(shape, dict):
+        raise InputError(f"{path}:{line}: shape={shape!r} must be an object with {', '.join(SHAPE_KEYS)}")
+    for key in shape:
+        if key not in SHAPE_KEYS:
+            raise InputError(f"{path}:{line}: unknown field shape.{key} (fields are {', '.join(SHAPE_KEYS)})")
+    if "seq_align" not in shape:
+        raise InputError(f"{path}:{line}: missing field shape.seq_align")
+    for key in SHAPE_KEYS:
+        value = shape.get(key, 0)
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_SEQ_ALIGN:
+            raise InputError(f"{path}:{line}: shape.{key}={value!r} must be an integer between 0 and 2**42")
+    return obj["request_id"], obj["batch_id"], shape["seq_align"], shape.get("heads_align"), shape.get("hidden_align")
+
+
+def read_plan_file(path: Path) -> PlanRows:
+    """Parse a plan JSONL; the first malformed line raises InputError naming the line and the field."""
+    text = read_text(path, "plan file")
     all_lines = text.split("\n")
     keep = [i for i, line in enumerate(all_lines) if line.strip()]
     lines = np.asarray(keep, dtype=np.int64) + 1
     if not keep:
         return PlanRows(*(np.array([], dtype=object) for _ in range(5)), lines)
-    records = []
-    for i in keep:
-        try:
-            obj = json.loads(all_lines[i])
-            shape = obj["shape"]
-            records.append((obj["request_id"], obj["batch_id"], shape["seq_align"],
-                            shape.get("heads_align"), shape.get("hidden_align")))
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise InputError(f"{path}:{i + 1}: malformed plan line ({type(exc).__name__}: {exc})") from None
+    records = [plan_record(path, i + 1, all_lines[i]) for i in keep]
     cols = list(zip(*records))
     return PlanRows(*(np.array(c, dtype=object) for c in cols), lines)

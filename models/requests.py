@@ -15,6 +15,10 @@ import numpy as np
 import pandas as pd
 
 from models.errors import InputError
+from models.files import read_text
+
+INT64_MAX = 2 ** 63 - 1
+MAX_TOKENS = 2 ** 40            # per prompt or gen: sums over a million requests stay within int64
 
 FIELDS = ("request_id", "prompt_len", "gen_len")
 AZURE_COLUMNS = {"prompt_len": "ContextTokens", "gen_len": "GeneratedTokens", "request_id": None}
@@ -58,14 +62,7 @@ class Requests:
 def load_requests(path: str | Path, bucket: str = "bucket", columns=None) -> Requests:
     """Load a JSONL or CSV trace; `columns` maps fields to CSV column names."""
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read request file ({exc.strerror or exc})") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    text = read_text(path, "request file")
     if not text.strip():
         raise InputError(f"{path}: no requests (the file is empty)")
     if path.suffix.lower() in (".jsonl", ".json", ".ndjson") or text.lstrip().startswith("{"):
@@ -82,11 +79,14 @@ def _read_jsonl(path: Path, text: str) -> tuple[pd.DataFrame, np.ndarray]:
     lines = np.asarray(keep, dtype=np.int64) + 1
     try:
         frame = pd.read_json(io.StringIO(body), lines=True, dtype=False)
-    except ValueError:
+    except (ValueError, TypeError, OverflowError, RecursionError):
         _find_bad_json(path, all_lines)
+        for name in FIELDS[1:]:
+            _find_bad_field(path, all_lines, name)
         raise InputError(f"{path}: malformed JSONL") from None
-    if len(frame) != len(lines):
+    if len(frame) != len(lines) or any(not isinstance(c, str) for c in frame.columns):
         _find_bad_json(path, all_lines)
+        raise InputError(f"{path}: malformed JSONL")
     extra = [c for c in frame.columns if c not in FIELDS]
     if extra:
         row = int(np.flatnonzero(frame[extra[0]].notna().to_numpy())[0])
@@ -95,32 +95,41 @@ def _read_jsonl(path: Path, text: str) -> tuple[pd.DataFrame, np.ndarray]:
         if name not in frame.columns or frame[name].isna().any() or \
                 (name != "request_id" and frame[name].dtype.kind != "i"):
             _find_bad_field(path, all_lines, name)
+            raise InputError(f"{path}: field {name!r} could not be read as {'text' if name == 'request_id' else 'integers'}")
     return frame, lines
 
 
+def _line_object(path: Path, number: int, line: str) -> dict:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}:{number}: malformed JSON ({exc.msg})") from None
+    except RecursionError:
+        raise InputError(f"{path}:{number}: malformed JSON (nested too deeply)") from None
+    if not isinstance(obj, dict):
+        raise InputError(f"{path}:{number}: each line must be a JSON object, not {type(obj).__name__}")
+    return obj
+
+
 def _find_bad_field(path: Path, all_lines: list[str], name: str) -> None:
-    """Error path only: the first line whose `name` is missing or not an integer."""
+    """Error path only: the first line whose `name` is missing, not an integer or out of int64."""
     for number, line in enumerate(all_lines, start=1):
         if not line.strip():
             continue
-        obj = json.loads(line)
+        obj = _line_object(path, number, line)
         if name not in obj or obj[name] is None:
             raise InputError(f"{path}:{number}: missing field {name!r}")
         value = obj[name]
         if name != "request_id" and (not isinstance(value, int) or isinstance(value, bool)):
             raise InputError(f"{path}:{number}: field {name!r} {value!r} is not an integer")
+        if name != "request_id" and not -INT64_MAX <= value <= INT64_MAX:
+            raise InputError(f"{path}:{number}: field {name!r}={value} is out of range (at most 2**63-1)")
 
 
 def _find_bad_json(path: Path, all_lines: list[str]) -> None:
     for number, line in enumerate(all_lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{path}:{number}: malformed JSON ({exc.msg})") from None
-        if not isinstance(obj, dict):
-            raise InputError(f"{path}:{number}: each line must be a JSON object")
+        if line.strip():
+            _line_object(path, number, line)
 
 
 def _csv_columns(path: Path, header: list[str], columns) -> dict[str, Optional[str]]:
@@ -147,6 +156,9 @@ def _read_csv(path: Path, text: str, columns) -> tuple[pd.DataFrame, np.ndarray]
     except pd.errors.ParserError as exc:
         raise InputError(f"{path}: malformed CSV ({str(exc).strip()})") from None
     header = [str(c).strip() for c in table.iloc[0]]
+    dupes = sorted({c for c in header if header.count(c) > 1})
+    if dupes:
+        raise InputError(f"{path}:1: duplicate column name {dupes[0]!r} in the header {header}")
     table = table.iloc[1:].reset_index(drop=True)
     table.columns = header
     mapping = _csv_columns(path, header, columns)
@@ -165,6 +177,11 @@ def _read_csv(path: Path, text: str, columns) -> tuple[pd.DataFrame, np.ndarray]
             value = frame[name].iloc[row]
             what = "missing" if value == "" else f"{value!r} is not an integer"
             raise InputError(f"{path}:{lines[row]}: field {name!r} {what}")
+        digits = frame[name].str.lstrip("+").str.lstrip("0")
+        big = np.flatnonzero((digits.str.len() > 19) | ((digits.str.len() == 19) & (digits > str(INT64_MAX))))
+        if len(big):
+            value = frame[name].iloc[int(big[0])]
+            raise InputError(f"{path}:{lines[big[0]]}: field {name!r}={value} is out of range (at most 2**63-1)")
         frame[name] = frame[name].astype(np.int64)
     return frame, lines
 
@@ -188,6 +205,10 @@ def _validate(path: Path, bucket: str, frame: pd.DataFrame, lines: np.ndarray) -
         bad = np.flatnonzero(values < 1)
         if len(bad):
             raise InputError(f"{path}:{lines[bad[0]]}: field {name!r}={int(values[bad[0]])} must be >= 1")
+        bad = np.flatnonzero(values > MAX_TOKENS)
+        if len(bad):
+            raise InputError(f"{path}:{lines[bad[0]]}: field {name!r}={int(values[bad[0]])} is out of range "
+                             f"(at most 2**40 = {MAX_TOKENS})")
     ids = frame["request_id"]
     good = ids.map(lambda v: isinstance(v, str) and v.strip() != "").to_numpy()
     if not good.all():

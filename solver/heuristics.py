@@ -53,9 +53,16 @@ def step_shapes(inst: Instance, step: int = 128) -> list[int]:
     gran = inst.cfg.shapes.granularity
     step = int(align(step, gran))
     k = inst.cfg.shapes.max_unique
-    while math.ceil(inst.max_prompt / step) > k:
-        step += int(align(128, gran))
-    shapes = [step * i for i in range(1, math.ceil(inst.max_prompt / step) + 1)]
+    widen = int(align(128, gran))
+    need = -(-inst.max_prompt // k)                      # the least step with ceil(max_prompt / step) <= k
+    step += max(0, -(-(need - step) // widen)) * widen   # widened by 128s at once, not one at a time
+    count = -(-inst.max_prompt // step)
+    if count <= 4096:
+        shapes = [step * i for i in range(1, count + 1)]
+    else:                       # only the multiples a prompt rounds up to, and the one below each: same plan
+        prompts = np.concatenate([r.fit for r in inst.requests.values()])
+        up = np.unique(-(-prompts // step) * step)
+        shapes = sorted(int(s) for s in np.union1d(up, up - step) if s >= step)
     return fit_candidates(inst, shapes)
 
 

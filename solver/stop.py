@@ -5,6 +5,7 @@
 - once a verified plan exists (`plan_ready()`), a signal only sets the stop flag: the pipeline
   ends the search at its next step and the command writes the best plan, marked interrupted;
 - inside `interruptible()` (the polish) a signal raises KeyboardInterrupt, which the caller catches;
+- a second signal outside the swap raises KeyboardInterrupt (stop at once: exit 130);
 - inside `deferred()` (the output swap) a signal is only recorded, never raised.
 
 CP-SAT catches SIGINT itself while it searches (`catch_sigint_signal`; it stops on the first and
@@ -45,11 +46,12 @@ def main_thread() -> bool:
 
 
 def _on_signal(signum, frame):
+    again = S.requested
     S.requested = True
     S.signum = S.signum or signum
     if S.deferring:
         return
-    if not S.plan or S.raising:
+    if not S.plan or S.raising or again:            # a second signal stops at once
         raise KeyboardInterrupt
 
 

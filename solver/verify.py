@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from models.config import Config
+from models.errors import InputError
 from models.plan import BucketPlan, read_plan_file
 from models.requests import Requests
 
@@ -264,6 +265,8 @@ def plan_from_rows(cfg: Config, req: Requests, path: Path) -> tuple[BucketPlan |
 
 def verify_dir(cfg: Config, requests: dict[str, Requests], plan_dir: Path):
     """Read `<plan_dir>/<bucket>.plan.jsonl` for every bucket; (plans, errors)."""
+    if not plan_dir.is_dir():
+        raise InputError(f"{plan_dir}: no such plan folder")
     plans, errors = {}, []
     for name, req in requests.items():
         path = plan_dir / f"{name}.plan.jsonl"

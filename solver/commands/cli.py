@@ -265,7 +265,16 @@ def config_from_report(plan_dir: Path) -> str:
         if report.exists():
             import json
 
-            return json.loads(report.read_text())["config"]
+            from models.files import read_text
+
+            try:
+                config = json.loads(read_text(report, "report"))["config"]
+            except (ValueError, KeyError, TypeError, RecursionError):
+                raise InputError(f"{report}: not a shapeplan report (no 'config' key naming the config); "
+                                 "pass --config") from None
+            if not isinstance(config, str):
+                raise InputError(f"{report}: config={config!r} must name the config file; pass --config")
+            return config
     raise InputError(f"{plan_dir}: no report.json beside the plans to name the config; pass --config")
 
 
