@@ -1,15 +1,6 @@
 #!/usr/bin/env python
 """Thin wrapper: see solver.commands.benchmark (suite, size sweep, bench/results.csv)."""
-import sys
-
-try:                                     # Ctrl-C while starting up: no traceback
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from solver.commands.benchmark import main
-except KeyboardInterrupt:
-    sys.stderr.write("interrupted\n")
-    sys.exit(130)
+from _launch import launch
 
 if __name__ == "__main__":
-    sys.exit(main())
+    launch("solver.commands.benchmark", "main")

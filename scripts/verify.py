@@ -1,15 +1,6 @@
 #!/usr/bin/env python
 """Thin wrapper: see solver.commands.cli.verify_main."""
-import sys
-
-try:                                     # Ctrl-C while starting up: no traceback
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from solver.commands.cli import verify_main
-except KeyboardInterrupt:
-    sys.stderr.write("interrupted\n")
-    sys.exit(130)
+from _launch import launch
 
 if __name__ == "__main__":
-    sys.exit(verify_main())
+    launch("solver.commands.cli", "verify_main")

@@ -1,0 +1,15 @@
+"""The one start-up path of the thin scripts: import the command from the project, then run it.
+Ctrl-C while importing exits 130 with no traceback."""
+import importlib
+import sys
+from pathlib import Path
+
+
+def launch(module: str, function: str) -> None:
+    try:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        main = getattr(importlib.import_module(module), function)
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        sys.exit(130)
+    sys.exit(main())
