@@ -5,7 +5,6 @@ Every method returns one BucketPlan per bucket; shapes are shared by all buckets
 from __future__ import annotations
 
 import logging
-import math
 
 import numpy as np
 

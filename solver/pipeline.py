@@ -338,6 +338,7 @@ def solve(cfg: Config, methods=("cpsat",), time_limit: float | None = None,
         requests = requests if requests is not None else load_all(cfg)
         apply_engine(cfg, requests)
         inst = Instance(cfg, requests)
+    log.info("loaded %d requests in %d buckets", sum(len(r) for r in requests.values()), len(requests))
     wanted = set(methods)
     heur_names = [m for m in METHODS[1:] if m in wanted or "cpsat" in wanted]
     results = {}

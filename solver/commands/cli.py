@@ -111,9 +111,12 @@ def solve_run(args) -> int:
     except SwapError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        if writing:
+    except KeyboardInterrupt as exc:
+        if writing and getattr(exc, "kept_old", True):
             print(f"interrupted while writing: {out} keeps its previous set", file=sys.stderr)
+        elif writing:
+            print(f"interrupted while writing: {out} is half swapped; the next run into it restores the "
+                  "previous set", file=sys.stderr)
         else:
             print("interrupted before any plan was ready: nothing written", file=sys.stderr)
         return 130

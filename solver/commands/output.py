@@ -48,6 +48,14 @@ class SwapError(InputError):
         self.kept_old = kept_old
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C reached the swap (the Python API, or a fault): `kept_old` tells whether the old set is intact."""
+
+    def __init__(self, kept_old: bool):
+        super().__init__()
+        self.kept_old = kept_old
+
+
 # --- what a run writes ------------------------------------------------------------------------
 
 def strict_json(report: dict) -> str:
@@ -213,11 +221,15 @@ def write_manifest(out: Path, manifest: dict) -> None:
     if path.exists() and path.read_text() == text:
         return
     tmp = out / (MANIFEST + ".tmp")
-    with open(tmp, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def check_owned(out: Path, rels, manifest: dict) -> None:
@@ -270,7 +282,7 @@ def swap_set(out: Path, files: dict[str, bytes], manifest: dict) -> None:
                             "the folder keeps its previous files") from None
         except BaseException:
             discard(out, manifest, stage, trash)
-            raise
+            raise Interrupted(True) from None
         journal = {"stage": stage.name, "trash": trash.name, "old": old, "new": sorted(files)}
         try:
             write_manifest(out, {"files": old, "work": [stage.name, trash.name], "swap": journal})
@@ -279,12 +291,15 @@ def swap_set(out: Path, files: dict[str, bytes], manifest: dict) -> None:
         except BaseException as exc:
             undone = undo(out, journal, old)
             if not isinstance(exc, OSError):
-                raise
+                raise Interrupted(undone) from None
             raise SwapError(f"{out}: swapping the new set in failed ({exc.strerror or exc}); " +
                             ("the folder keeps its previous set" if undone else
                              "the swap could not be undone: the next run into this folder restores the previous "
                              "set"), kept_old=undone) from None
-    finish(out, sorted(files), [stage, trash], journal)
+        try:
+            finish(out, sorted(files), [stage, trash], journal)
+        except BaseException as exc:                   # the new set is in; the next run removes the rest
+            log.warning("%s: the new set is in, but cleaning up failed (%r); the next run finishes it", out, exc)
 
 
 def move_in(out: Path, journal: dict) -> None:
@@ -308,19 +323,23 @@ def undo(out: Path, journal: dict, old: list[str]) -> bool:
         for rel in journal["old"]:
             if (trash / rel).exists() or (trash / rel).is_symlink():
                 move(trash / rel, out / rel)
+        prune_empty(out, set(journal["new"]) - set(journal["old"]))    # folders the new set made
         write_manifest(out, {"files": old, "work": [stage.name, trash.name], "swap": None})
     except BaseException as exc:                   # leave the journal: the next run finishes the undo
-        log.warning("%s: could not undo the swap (%s); the next run into this folder restores the previous set",
+        log.warning("%s: could not undo the swap (%r); the next run into this folder restores the previous set",
                     out, exc)
         return False
-    finish(out, old, [stage, trash], None)
+    try:
+        finish(out, old, [stage, trash], None)
+    except BaseException as exc:                   # the old set is back; the work folders go next run
+        log.warning("%s: the previous set is back, but cleaning up failed (%r)", out, exc)
     return True
 
 
 def discard(out: Path, manifest: dict, stage: Path, trash: Path) -> None:
     try:
         finish(out, manifest["files"], [stage, trash], None)
-    except OSError as exc:
+    except BaseException as exc:
         log.warning("%s: could not remove %s (%s)", out, stage.name, exc)
 
 
@@ -388,6 +407,6 @@ def add_files(out: Path, produce: Callable[[Path], list[Path]], what: str) -> li
                 shutil.rmtree(stage, ignore_errors=True)
                 files = manifest["files"] + [p.relative_to(out).as_posix() for p in placed]
                 write_manifest(out, {"files": files, "work": manifest["work"], "swap": None})
-    except Exception as exc:                          # noqa: BLE001 - a picture never fails the run
-        print(f"warning: {what} not written ({exc}); the plans and the report are complete", file=sys.stderr)
+    except (Exception, KeyboardInterrupt) as exc:     # noqa: BLE001 - a picture never fails the run
+        print(f"warning: {what} not written ({exc!r}); the plans and the report are complete", file=sys.stderr)
     return placed
