@@ -238,7 +238,8 @@ class GlobalBound:
             self.seed_plan(plans)
         rounds, bound, value, converged, history = 0, -INF, INF, False, []
         while time.monotonic() - start < time_limit_s:
-            self.h.setOptionValue("time_limit", max(time_limit_s - (time.monotonic() - start), 0.5))
+            left = max(time_limit_s - (time.monotonic() - start), 0.5)
+            self.h.setOptionValue("time_limit", self.h.getRunTime() + left)   # HiGHS counts its whole run time
             self.h.run()
             rounds += 1
             if self.h.getModelStatus() != self.optimal:
