@@ -62,9 +62,10 @@ def check_consistent_set(folder: Path, out: Path):
     trace = trace_of(folder)
     for method, info in report["methods"].items():
         assert verify_main([str(folder / "config.yaml"), str(out / method)]) in (0, 2), method
-        batches, pad = plan_facts(out / method / "t.plan.jsonl", trace)
-        assert info["buckets"]["t"]["num_batches"] == batches
-        assert info["buckets"]["t"]["pad_tokens"] == pad
+        (bucket, numbers), = info["buckets"].items()               # one bucket, its trace t.jsonl
+        batches, pad = plan_facts(out / method / f"{bucket}.plan.jsonl", trace)
+        assert numbers["num_batches"] == batches
+        assert numbers["pad_tokens"] == pad
     manifest = json.loads((out / ".shapeplan-manifest.json").read_text())
     assert not manifest["swap"] and not manifest["work"]
     assert not list(out.glob(".staging-*")) and not list(out.glob(".old-*"))
