@@ -28,7 +28,7 @@ CONFIG_KEYS = ["shapes.max_unique", "shapes.granularity", "shapes.candidates", "
                "buckets.0.limits.pad_ratio", "buckets.0.limits.cost", "buckets.0.limits.sequential_time_ms",
                "buckets.0.limits.max_latency_ms", "output.dir", "name", "buckets.0.name"]
 
-SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
 _SEED = {}
 
 
