@@ -220,10 +220,11 @@ class Solver(Strict):
     log_progress: bool = Field(True, description="stream incumbent, bound and gap while searching")
     polish_share: float = Field(0.5, ge=0, lt=1, description="share of time_limit_s for the pair-MIP polish of "
                                                              "the best plan's assignment after CP-SAT (0 = off)")
-    lns_share: float = Field(0.25, ge=0, lt=1, description="share of time_limit_s for the large-neighbourhood "
-                                                          "search over shape sets before CP-SAT, whose best plan "
-                                                          "hints CP-SAT (0 = off); time the later stages leave "
-                                                          "goes back to it")
+    lns_share: Optional[float] = Field(None, ge=0, lt=1, description="share of time_limit_s for the large-"
+                                       "neighbourhood search over shape sets before CP-SAT, whose best plan hints "
+                                       "CP-SAT (0 = off; null = auto: 0.25 where the polish does not apply, spec 4b "
+                                       "context mode, else none before CP-SAT); time the later stages leave goes "
+                                       "back to it")
     bound_share: float = Field(0.0, ge=0, lt=1, description="share of time_limit_s for the global pair-LP bound "
                                                             "(column generation, gen caps rounded down) before the "
                                                             "search (0 = off; pays on long runs)")
@@ -231,7 +232,7 @@ class Solver(Strict):
 
     @model_validator(mode="after")
     def _shares(self):
-        total = self.polish_share + self.lns_share + self.bound_share
+        total = self.polish_share + (self.lns_share or 0.0) + self.bound_share
         if total >= 1:
             raise ValueError(f"polish_share + lns_share + bound_share = {total:g} must be below 1 "
                              "(the rest is CP-SAT's)")

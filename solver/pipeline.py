@@ -133,7 +133,7 @@ def run_cpsat(inst: Instance, heuristics: list[MethodResult], time_limit: float,
     deadline = start + time_limit
     polish_share = cfg.solver.polish_share if polish_applies(cfg) else 0.0
     lp = run_bound_stage(inst, heuristics, time_limit * cfg.solver.bound_share, stages)
-    lns, search = run_lns_stage(inst, heuristics, start + time_limit * cfg.solver.lns_share, stages)
+    lns, search = run_lns_stage(inst, heuristics, start + time_limit * lns_share(cfg), stages)
     searched = heuristics + lns
     best_h = min(searched, key=rank_key) if searched else None
     cpsat_end = deadline - time_limit * polish_share
@@ -166,8 +166,8 @@ def run_cpsat(inst: Instance, heuristics: list[MethodResult], time_limit: float,
     candidates += [kept_copy(h) for h in searched]
     if candidates and polish_share > 0 and not interrupted:
         candidates += run_polish(inst, min(candidates, key=rank_key), deadline - time.monotonic(), stages, info)
-    if search is not None and not stop.requested() and not proven(sol, bound, candidates, inst, space, groups):
-        more, _ = run_lns_stage(inst, candidates, deadline, stages, search)
+    if cfg.solver.lns_share != 0 and not stop.requested() and not proven(sol, bound, candidates, inst, space, groups):
+        more, search = run_lns_stage(inst, candidates, deadline, stages, search)
         candidates += more
     lns_info(info, search)
     result = min(candidates, key=rank_key)
@@ -200,7 +200,7 @@ def run_lns_stage(inst: Instance, known: list[MethodResult], deadline: float, st
     """The shape-set LNS until `deadline`, seeded with the shapes of the plans known so far (or
     continuing `search`): ([its best plan, verified], the search), or ([], None) when it is off."""
     cfg = inst.cfg
-    if search is None and cfg.solver.lns_share <= 0:
+    if search is None and cfg.solver.lns_share == 0:
         return [], None
     if deadline - time.monotonic() < 0.5 or stop.requested():
         return [], search
@@ -229,6 +229,15 @@ def lns_info(info: dict, search: ShapeSetSearch | None) -> None:
 
 
 GAP_TOLERANCE = 1e-4     # a gap this small is reported as OPTIMAL (when the bound is global)
+
+
+def lns_share(cfg: Config) -> float:
+    """The LNS's share before CP-SAT: as configured, or (auto) 0.25 where the polish does not apply and 0 where
+    it does (measured: on the default config the polish of dp's 5-shape set reaches 1.058e12, of the LNS's
+    4-shape set 1.074e12; the LNS then runs on the time the polish leaves)."""
+    if cfg.solver.lns_share is not None:
+        return cfg.solver.lns_share
+    return 0.0 if polish_applies(cfg) else 0.25
 
 
 def polish_applies(cfg: Config) -> bool:
