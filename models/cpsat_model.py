@@ -37,6 +37,8 @@ SCALE = 1.0e12          # the scaled objective of the reference plan is about th
 ROW_BUDGET = 2 ** 60    # sum of |coefficient| x bound of one limit row at most
 OBJ_BUDGET = 2 ** 60    # the same for the objective's plan terms, and again for its slack terms
 SLACK_STEPS = 10 ** 6   # a limit's slack counts its excess in at most this many steps
+ROW_RESOLUTION = 2 ** 30  # a real-valued limit's right-hand side in at most about this many steps: finer
+                          # coefficients (1e15) made CP-SAT's presolve lose a feasible plan and claim OPTIMAL
 VALID_STATUSES = ("OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN")
 LATENCY_LIMITS = ("p95_latency_ms", "p99_latency_ms", "max_latency_ms")
 
@@ -378,7 +380,7 @@ class ShapeModel:
         if integral:
             f = min(f, 1.0)
         else:
-            f = min(f, 2.0 ** 50 / max(abs(rhs), 1e-30), 1e30)
+            f = min(f, ROW_RESOLUTION / max(abs(rhs), 1e-30), 1e30)
         return [(math.floor(a * f), x, ub) for a, x, ub in terms], math.ceil(rhs * f), f
 
     def _add_objective(self):

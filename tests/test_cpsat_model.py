@@ -130,3 +130,16 @@ def test_issue20_repro_ends_with_the_models_own_status(tmp_path):
     assert info["model_status"] in VALID_STATUSES and "model_error" not in info
     assert not res.results["cpsat"].feasible
     assert info["best_bound"] is None and info["gap"] is None     # no cost bound beside a plan breaking limits
+
+
+def test_model_alone_keeps_a_feasible_plan_under_a_real_valued_limit(tmp_path):
+    """Regression: with sequential-time coefficients near 1e15 CP-SAT's presolve lost the feasible plan and
+    claimed OPTIMAL at a penalized objective 35x too high; rows now use at most ~2**30 steps per rhs."""
+    from solver.pipeline import load_all
+
+    cfg = tiny(tmp_path, [1, 65, 65], [1, 2, 58], {"sequential_time_ms": 1500}, k=2)
+    reqs = load_all(cfg)
+    sol = built_model(cfg, reqs).solve(10, 2, 0, progress=False)
+    best = brute_force(cfg, reqs)
+    assert sol.status == "OPTIMAL" and all(v == 0 for v in sol.slack.values())
+    assert sol.objective == pytest.approx(best, rel=1e-6)
