@@ -51,8 +51,9 @@ def _on_signal(signum, frame):
     S.signum = S.signum or signum
     if S.deferring:
         return
-    if not S.plan or S.raising or again:            # a second signal stops at once
-        raise KeyboardInterrupt
+    if not S.plan or S.raising or (again and not S.searching):     # a second signal stops at once
+        raise KeyboardInterrupt              # (while CP-SAT starts, its own handler is not in place yet: the
+                                             # watcher's repeat SIGINT must only stop the search)
 
 
 def install() -> None:
