@@ -27,7 +27,10 @@ def trim_top(shapes: list[int], top: int, k: int) -> list[int]:
 
 
 def fit_candidates(inst: Instance, shapes) -> list[int]:
-    """Map rule shapes onto allowed seq_align values (explicit candidates: the next one up)."""
+    """Map rule shapes onto allowed seq_align values: with `candidates: auto` every positive multiple of the
+    granularity is allowed, so the rule's own values stay (aligned); explicit candidates: the next one up."""
+    if not isinstance(inst.cfg.shapes.candidates, list):
+        return sorted(set(int(s) for s in align(np.asarray(shapes), inst.cfg.shapes.granularity)))
     allowed = np.asarray(inst.all_shapes)
     out = allowed[np.minimum(np.searchsorted(allowed, np.asarray(shapes)), len(allowed) - 1)]
     return sorted(set(int(s) for s in out))

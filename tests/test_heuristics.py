@@ -30,16 +30,11 @@ def test_every_heuristic_gives_a_valid_plan(tmp_path, method):
     assert len(res.shapes) <= 3
 
 
-SNAPPED = pytest.mark.xfail(strict=True, reason="issue 17: with candidates auto, pow2_shapes maps 256 and 512 onto "
-                            "the next occurring aligned prompt length (fit_candidates), so the baseline is not "
-                            "powers of two (spec 8)")
-
-
 @pytest.mark.parametrize("k,gran,expected", [
     (3, 64, [64, 128, 1024]),                 # 256 and 512 dropped (the largest below the top), 1024 kept
-    pytest.param(8, 64, [64, 128, 256, 512, 1024], marks=SNAPPED),
+    (8, 64, [64, 128, 256, 512, 1024]),
     (1, 64, [1024]),
-    pytest.param(3, 128, [128, 256, 1024], marks=SNAPPED),
+    (3, 128, [128, 256, 1024]),
 ])
 def test_pow2_shapes_are_powers_of_two(tmp_path, k, gran, expected):
     inst = instance(tmp_path, [10, 100, 300, 1000], [1, 1, 1, 1], shapes={"max_unique": k, "granularity": gran})
