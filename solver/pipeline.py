@@ -264,6 +264,8 @@ def certify(result: MethodResult, cpsat_bound: float, space, groups, inst: Insta
     when the gap is proven within GAP_TOLERANCE."""
     info = result.solver
     info["model_status"] = info["status"]
+    info["cpsat_bound_scope"] = info.get("bound_scope")    # what CP-SAT's own bound covers
+    info["bound_scope"] = "global" if result.feasible else "none: the plan breaks limits"
     if not result.feasible:
         info["penalized_bound"] = cpsat_bound if math.isfinite(cpsat_bound) else None
         info["best_bound"], info["gap"], info["bound_global"] = None, None, None

@@ -45,6 +45,7 @@ def test_cpsat_equals_brute_force(tmp_path, prompts, gens, limits):
     assert r.solver["status"] == "OPTIMAL"
     assert r.objective == pytest.approx(best, rel=1e-9)
     assert r.solver["best_bound"] <= best * (1 + 1e-9)
+    assert r.solver["bound_scope"] == "global" and r.solver["bound_global"]
     assert r.feasible
 
 
@@ -130,6 +131,7 @@ def test_issue20_repro_ends_with_the_models_own_status(tmp_path):
     assert info["model_status"] in VALID_STATUSES and "model_error" not in info
     assert not res.results["cpsat"].feasible
     assert info["best_bound"] is None and info["gap"] is None     # no cost bound beside a plan breaking limits
+    assert info["bound_scope"].startswith("none")
 
 
 def test_model_alone_keeps_a_feasible_plan_under_a_real_valued_limit(tmp_path):
