@@ -100,3 +100,68 @@ def test_limit_excess_rank_and_objective(small):
     key_t = rank({"a": mt}, limits, objective)
     key_l = rank({"a": ml}, limits, plan_objective(cfg, {"a": ml}, {"cost": 1.0})[2])
     assert key_l < key_t and key_t[0] and not key_l[0]
+
+
+# --- mutation-testing survivors of solver/verify.py (bench/mutation_verify.md) -----------------------
+
+LIMIT_KEYS = ("p95_latency_ms", "p99_latency_ms", "max_latency_ms", "pad_ratio", "pad_tokens", "cost",
+              "sequential_time_ms")
+
+
+def plan_200(cfg):
+    """200 requests (so p99 differs from the max), 7 batches, one batch index left empty."""
+    rng = np.random.default_rng(7)
+    req = Requests.from_arrays("a", rng.integers(1, 250, 200), rng.integers(1, 60, 200))
+    batch_of = rng.integers(0, 8, 200)
+    batch_of[batch_of == 3] = 4                              # batch 3 has no member
+    batch_of[batch_of == 7] = 6
+    batch_of[0], req.gen[0] = 7, 500                         # one slowest request alone: p99 below the max
+    return req, BucketPlan(batch_of, np.full(8, 256))
+
+
+def test_limits_hold_at_equality_and_break_just_above(small):
+    cfg, _ = small
+    req, plan = plan_200(cfg)
+    ref = recompute(cfg, req, plan.batch_of, plan.seq_align)
+    at = bucket_metrics(cfg, req, plan, {k: ref[k] for k in LIMIT_KEYS})
+    assert all(at.limits.values()), at.limits
+    below = bucket_metrics(cfg, req, plan, {k: ref[k] * (1 - 1e-9) for k in LIMIT_KEYS})
+    assert not any(below.limits.values()), below.limits
+    assert limit_excess(at, {k: ref[k] for k in LIMIT_KEYS}) == {}
+    excess = limit_excess(below, {"cost": ref["cost"] * (1 - 1e-9), "pad_tokens": 0})
+    assert excess["cost"] == pytest.approx(1e-9 / (1 - 1e-9), rel=1e-3)
+    assert excess["pad_tokens"] == pytest.approx(ref["pad_tokens"] / 1e-9)     # a zero limit: excess over 1e-9
+
+
+def test_counts_percentiles_and_empty_batches(small):
+    cfg, _ = small
+    req, plan = plan_200(cfg)
+    m, ref = bucket_metrics(cfg, req, plan), recompute(cfg, req, plan.batch_of, plan.seq_align)
+    assert m.num_batches == ref["num_batches"] == 7 and m.num_requests == 200
+    assert m.real_tokens == int(req.prompt.sum() + req.gen.sum())
+    assert m.p99_latency_ms == pytest.approx(ref["p99_latency_ms"]) and m.p99_latency_ms < m.max_latency_ms
+    one = Requests.from_arrays("a", [100], [5])
+    single = bucket_metrics(cfg, one, BucketPlan(np.array([0]), np.array([128])))
+    assert single.p95_latency_ms == single.max_latency_ms == pytest.approx(
+        recompute(cfg, one, [0], [128])["max_latency_ms"])
+
+
+def test_objective_weights_each_metric(small):
+    cfg, req = small
+    plan = BucketPlan(np.array([0, 0, 1, 0, 1]), np.array([128, 256]))
+    m, ref = bucket_metrics(cfg, req, plan), recompute(cfg, req, plan.batch_of, plan.seq_align)
+    compile_cost = q(cfg.cost_model.compile_cost, 128) + q(cfg.cost_model.compile_cost, 256)
+    _, total, objective = plan_objective(cfg, {"a": m}, {"sequential_time_ms": 3.0, "pad_tokens": 7.0})
+    assert total == pytest.approx(ref["batch_cost"] + compile_cost)
+    assert objective == pytest.approx(3.0 * ref["sequential_time_ms"] + 7.0 * ref["pad_tokens"])
+    _, _, both = plan_objective(cfg, {"a": m}, {"cost": 2.0, "pad_tokens": 1.0})
+    assert both == pytest.approx(2.0 * total + ref["pad_tokens"])
+
+
+def test_first_use_without_ids_or_order_goes_to_the_first_batch_and_line():
+    """Default ids (bucket-0000, ...) and arrival order: per shape, the lowest-numbered batch's first member."""
+    from solver.verify import first_use_members
+
+    req = Requests.from_arrays("a", [10, 10, 10, 100], [5, 5, 5, 5])
+    plan = BucketPlan(np.array([1, 0, 0, 2]), np.array([64, 64, 128]))
+    assert first_use_members(req, plan).tolist() == [1, 3]
