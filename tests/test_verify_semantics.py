@@ -108,3 +108,18 @@ def test_optimizer_figures_equal_the_spec_on_the_written_plan(keys):
     for key in ("cost", "batch_cost", "sequential_time_ms", "p95_latency_ms", "p99_latency_ms", "max_latency_ms"):
         assert getattr(fig, key) == pytest.approx(ref[key], rel=1e-9), key
     assert fig.pad_tokens == ref["pad_tokens"]
+
+
+def test_small_chunks_and_closed_form_with_constant_terms(monkeypatch):
+    """Decode sums split over many chunks, and the closed-form fallback with c0 != 0, equal the spec."""
+    cm = dict(TASK, decode_step_cost=[3.0, 2048, 1], decode_step_ms=[0.5, 2.4576, 0.0012])
+    cfg = Config.model_validate({"buckets": [{"name": "a", "requests": "x.jsonl"}], "cost_model": cm,
+                                 "shapes": {"granularity": 64}})
+    req, plan = random_plan(np.random.default_rng(11), 60)
+    ref = recompute(cfg, req, plan.batch_of, plan.seq_align, list(plan.batch_ids), plan.order)
+    for chunk, step_max in ((37, verify.STEP_SUM_MAX), (verify.CHUNK, 0)):
+        monkeypatch.setattr(verify, "CHUNK", chunk)
+        monkeypatch.setattr(verify, "STEP_SUM_MAX", step_max)
+        m = bucket_metrics(cfg, req, plan)
+        assert m.cost == pytest.approx(ref["cost"], rel=1e-11)
+        assert m.sequential_time_ms == pytest.approx(ref["sequential_time_ms"], rel=1e-11)
