@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from models.cpsat_model import class_data
-from models.instance import Instance, gen_ladder, limit_rhs
+from models.instance import BucketGroups, Instance, gen_ladder, limit_rhs
 
 log = logging.getLogger(__name__)
 INF = math.inf
@@ -60,7 +60,7 @@ def floor_caps(gen: np.ndarray, max_caps: int) -> np.ndarray:
 class BucketLP:
     """One bucket's classes, groups and pair bookkeeping for the bound LP."""
 
-    def __init__(self, inst: Instance, name: str, shapes: np.ndarray, max_caps: int, weights: dict, offset: int):
+    def __init__(self, inst: Instance, name: str, shapes: np.ndarray, max_caps: int, weights: dict):
         cfg, req = inst.cfg, inst.requests[name]
         self.name, self.req = name, req
         limits = dict(inst.cfg_bucket(name).limits.items())
@@ -74,7 +74,6 @@ class BucketLP:
         self.gj = np.searchsorted(caps, keys % (int(req.gen.max()) + 1), side="right") - 1
         counts = np.zeros((len(shapes), len(caps)), dtype=np.int64)
         np.add.at(counts, (level, cap_level), 1)
-        from models.instance import BucketGroups
         groups = BucketGroups(name, caps, counts, req.real_tokens, True)
         d = class_data(cfg, inst.costs, shapes, groups, limits, req)
         self.ci, self.cj = np.nonzero(d.capacity > 0)
@@ -101,16 +100,12 @@ class BucketLP:
                 self.limits[key] = ((lat > limits[key]).astype(np.float64), np.zeros(C), rhs[key])
         if "cost" in rhs:
             self.limits["cost"] = (d.per_request[ci, cj], np.full(C, oh), rhs["cost"])
-        self.offset = offset          # first row of this bucket's fixed rows
         self.written = np.zeros((len(self.n), C), dtype=bool)
         self.col_of = np.full((len(self.n), C), -1, dtype=np.int64)      # LP column of each written pair
 
     @property
     def num_classes(self) -> int:
         return len(self.ci)
-
-    def group_of_requests(self) -> np.ndarray:
-        return self.request_group
 
     def eligible(self, gs: np.ndarray) -> np.ndarray:
         return (self.ci[None, :] >= self.gi[gs][:, None]) & (self.cj[None, :] >= self.gj[gs][:, None])
@@ -155,7 +150,7 @@ class GlobalBound:
         self.z = [self._col(compile_cost[i], 0, 1) for i in range(P)]
         self._row(-INF, inst.cfg.shapes.max_unique, self.z, np.ones(P))
         for name in inst.requests:
-            b = BucketLP(inst, name, self.shapes, max_caps, self.weights, self.nrows)
+            b = BucketLP(inst, name, self.shapes, max_caps, self.weights)
             C = b.num_classes
             b.y = np.array([self._col(0.0, 0, 1) for _ in range(C)])
             b.k = np.array([self._col(b.obj_k[c], 0, INF) for c in range(C)])
@@ -210,7 +205,7 @@ class GlobalBound:
             lookup = np.full((len(self.shapes), len(b.caps)), -1, dtype=np.int64)
             lookup[b.ci, b.cj] = np.arange(b.num_classes)
             cs = lookup[bi, bj]
-            gs = b.group_of_requests()
+            gs = b.request_group
             pairs = np.unique(np.stack([gs[cs >= 0], cs[cs >= 0]], axis=1), axis=0)
             pairs = pairs[~b.written[pairs[:, 0], pairs[:, 1]]]
             self.add_pairs(b, pairs[:, 0], pairs[:, 1])
