@@ -37,3 +37,17 @@ def test_exact_caps_on_two_buckets(tmp_path):
     res = GlobalBound(Instance(cfg, reqs), cfg.objective.weight_map(), 1e9, max_caps=100).run(30, progress=False)
     assert res.converged and res.bound <= best.objective * (1 + 1e-9)
     assert res.bound > 0.5 * best.objective                  # not a trivial number
+
+
+def test_seeded_with_a_plan_still_bounds_the_optimum(tmp_path):
+    """Starting from a heuristic plan's pairs (caps rounded down) changes where the LP starts, not its value."""
+    from solver.heuristics import dp
+
+    cfg, reqs = config(tmp_path, {"a": ([300, 20, 20, 130, 65, 250], [40, 2, 50, 3, 3, 5])},
+                       {"a": {"sequential_time_ms": 900}}, k=2)
+    best = brute_force(cfg, reqs)
+    inst = Instance(cfg, reqs)
+    plain = GlobalBound(inst, cfg.objective.weight_map(), 1e9, max_caps=3).run(30, progress=False)
+    seeded = GlobalBound(inst, cfg.objective.weight_map(), 1e9, max_caps=3).run(30, progress=False, plans=dp(inst))
+    assert plain.converged and seeded.converged
+    assert seeded.bound == pytest.approx(plain.bound, rel=1e-7) and seeded.bound <= best.objective * (1 + 1e-9)
