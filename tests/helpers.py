@@ -157,3 +157,24 @@ def brute_force(cfg: Config, reqs: dict[str, Requests]) -> float:
                     if all(metrics[key] <= v * (1 + 1e-12) for key, v in lim.items()):
                         best = min(best, total + sum(comp(s) for s in used))
     return best
+
+
+def checked(inst, method: str, plans):
+    """Evaluate a plan set after checking it is valid and every bucket's metrics equal the spec recomputation
+    of the plan as written (batch ids and line order included); the MethodResult."""
+    import pytest
+
+    from solver.pipeline import evaluate
+    from solver.verify import verify_plans
+
+    assert verify_plans(inst.cfg, inst.requests, plans) == []
+    r = evaluate(inst, method, plans, 0.0)
+    for name, m in r.metrics.items():
+        p = r.plans[name]
+        ids = None if p.batch_ids is None else list(p.batch_ids)
+        ref = recompute(inst.cfg, inst.requests[name], p.batch_of, p.seq_align, ids, p.order)
+        assert m.cost == pytest.approx(ref["cost"], rel=1e-12)
+        assert m.sequential_time_ms == pytest.approx(ref["sequential_time_ms"], rel=1e-12)
+        assert m.pad_tokens == ref["pad_tokens"]
+    assert len(r.shapes) <= inst.cfg.shapes.max_unique
+    return r

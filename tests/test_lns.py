@@ -9,9 +9,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from models.instance import Instance
 from solver.lns import LnsSettings, run_lns
 from solver.pipeline import evaluate, load_all, run_heuristic, solve
-from solver.verify import verify_plans
 from tests.brute import brute_force
-from tests.helpers import load, make_config, recompute, rows_from
+from tests.helpers import checked, load, make_config, rows_from
 
 QUIET = {"time_limit_s": 10, "workers": 2, "log_progress": False}
 
@@ -31,19 +30,6 @@ def lns(inst, seconds=10.0, **kw):
     return run_lns(inst, time.monotonic() + seconds, LnsSettings(**kw))
 
 
-def checked(inst, plans):
-    """The plans are valid, and their metrics are the spec's (independent recomputation)."""
-    assert verify_plans(inst.cfg, inst.requests, plans) == []
-    r = evaluate(inst, "lns", plans, 0.0)
-    for name, m in r.metrics.items():
-        ref = recompute(inst.cfg, inst.requests[name], plans[name].batch_of, plans[name].seq_align)
-        assert m.cost == pytest.approx(ref["cost"], rel=1e-12)
-        assert m.sequential_time_ms == pytest.approx(ref["sequential_time_ms"], rel=1e-12)
-        assert m.pad_tokens == ref["pad_tokens"]
-    assert len(r.shapes) <= inst.cfg.shapes.max_unique
-    return r
-
-
 @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(st.tuples(st.integers(1, 900), st.integers(1, 120)), min_size=3, max_size=40),
        st.sampled_from([{}, {"sequential_time_ms": 4000}, {"p95_latency_ms": 1200}, {"pad_ratio": 0.8}]),
@@ -52,7 +38,7 @@ def test_never_worse_than_dp_and_valid(tmp_path_factory, reqs, limits, k, batch)
     inst = instance(tmp_path_factory.mktemp("lns"), [p for p, _ in reqs], [g for _, g in reqs], limits, k, batch)
     dp = run_heuristic(inst, "dp")
     found = lns(inst, max_sets=30)
-    r = checked(inst, found.best.plans)
+    r = checked(inst, "lns", found.best.plans)
     assert r.rank() <= dp.rank()
     assert found.best.shapes[-1] == inst.all_shapes[int(np.searchsorted(inst.all_shapes, inst.max_prompt))]
 
@@ -66,7 +52,7 @@ def test_equals_brute_force_where_dp_is_not_optimal(tmp_path):
     best = brute_force(inst.cfg, inst.requests)
     dp = run_heuristic(inst, "dp")
     assert dp.objective > best.objective * (1 + 1e-6)
-    r = checked(inst, lns(inst).best.plans)
+    r = checked(inst, "lns", lns(inst).best.plans)
     assert r.objective == pytest.approx(best.objective, rel=1e-12)
     assert r.shapes == [192]
 

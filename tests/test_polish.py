@@ -6,8 +6,7 @@ from models.instance import Instance
 from solver.pipeline import evaluate, load_all, run_heuristic, solve
 from solver.heuristics import rule_plan
 from solver.polish import polish
-from solver.verify import verify_plans
-from tests.helpers import Q, load, make_config, q, recompute, rows_from
+from tests.helpers import Q, checked, load, make_config, q, rows_from
 
 
 def instance(tmp_path, prompts, gens, limits, k=3, batch=4, polish_share=0.5):
@@ -16,18 +15,6 @@ def instance(tmp_path, prompts, gens, limits, k=3, batch=4, polish_share=0.5):
                        solver={"time_limit_s": 10, "workers": 2, "log_progress": False, "polish_share": polish_share})
     cfg = load(path)
     return Instance(cfg, load_all(cfg))
-
-
-def checked(inst, plans):
-    """Evaluate a plan set after checking it is valid and its metrics match a recomputation."""
-    assert verify_plans(inst.cfg, inst.requests, plans) == []
-    r = evaluate(inst, "polish", plans, 0.0)
-    for name, m in r.metrics.items():
-        ref = recompute(inst.cfg, inst.requests[name], plans[name].batch_of, plans[name].seq_align)
-        assert m.cost == pytest.approx(ref["cost"], rel=1e-12)
-        assert m.sequential_time_ms == pytest.approx(ref["sequential_time_ms"], rel=1e-12)
-        assert m.pad_tokens == ref["pad_tokens"]
-    return r
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
@@ -40,7 +27,7 @@ def test_polish_never_worse_than_its_start(tmp_path_factory, reqs, limits, k, ba
     start = run_heuristic(inst, "dp")
     plans = polish(inst, start.shapes, start.plans, start.objective, 20.0)
     assert plans is not None
-    r = checked(inst, plans)
+    r = checked(inst, "polish", plans)
     assert set(r.shapes) <= set(start.shapes)
     if start.feasible:
         assert r.feasible and r.objective <= start.objective * (1 + 1e-9)
@@ -58,7 +45,7 @@ def test_polish_mixes_shapes_to_save_batches(tmp_path):
     inst = instance(tmp_path, prompts, gens, {"sequential_time_ms": limit}, k=2, batch=8)
     start = evaluate(inst, "rounding", rule_plan(inst, [64, 1024], order="gen"), 0.0)
     assert not start.feasible and start.metrics["a"].num_batches == 4
-    r = checked(inst, polish(inst, [64, 1024], start.plans, start.objective, 20.0))
+    r = checked(inst, "polish", polish(inst, [64, 1024], start.plans, start.objective, 20.0))
     assert r.feasible and r.metrics["a"].num_batches == 3 and r.shapes == [64, 1024]
     one_shape = 24 * (q(cm.prefill_cost, 1024) + Q(cm.decode_step_cost, 1024, 50))
     assert r.metrics["a"].cost < one_shape
