@@ -106,6 +106,7 @@ class ModelSolution:
     k: dict[str, np.ndarray] = field(default_factory=dict)
     bucket_use: dict[str, np.ndarray] = field(default_factory=dict)
     wo: dict[str, np.ndarray] = field(default_factory=dict)   # [o, c, j] per origin bucket
+    lead: dict[str, np.ndarray] = field(default_factory=dict)  # first-use leads: [o, c, j] (origin) or [i, j]
     slack: dict[tuple[str, str], int] = field(default_factory=dict)
     interrupted: bool = False
 
@@ -154,7 +155,11 @@ class ShapeModel:
         requests = requests or {}
         # origin[b]: bucket b's flow keeps each request's own level up to its class, so latency limits judge
         # every member by its own latency (context mode: members of one batch differ by their own prefill)
-        self.origin = {name: self.space.context_mode and any(k in self.limits[name] for k in LATENCY_LIMITS)
+        # leads[b]: where each shape's first-use latency lands matters to a limit or the objective of bucket b,
+        # so the model places it (e[...] below) exactly as the plan writer will
+        self.leads = {name: self.first_use_matters(name) for name in groups}
+        self.origin = {name: self.space.context_mode and (self.leads[name] or
+                                                          any(k in self.limits[name] for k in LATENCY_LIMITS))
                        for name in groups}
         self.data = {name: class_data(cfg, self.costs, self.space, g, self.class_limits(name), requests.get(name))
                      for name, g in groups.items()}
@@ -177,6 +182,7 @@ class ShapeModel:
                 self._add_gen_flow(name)
             self._add_batches(name)
             self._add_bucket_shapes(name)
+            self._add_first_use(name)
             self._add_latency_limits(name)
             self._add_pad_limits(name)
             self._add_cost_limit(name)
@@ -185,6 +191,13 @@ class ShapeModel:
         problem = self.model.validate()
         if problem:
             raise RuntimeError(f"CP-SAT model invalid (a bug in the model builder): {problem}")
+
+    def first_use_matters(self, name: str) -> bool:
+        """A shape's warm-up (first_use_ms) changes a limit of bucket `name` or the objective."""
+        if not self.cfg.cost_model.first_use_ms:
+            return False
+        return self.weights.get("sequential_time_ms", 0.0) > 0 or \
+            any(k in self.limits[name] for k in LATENCY_LIMITS + ("sequential_time_ms",))
 
     def class_limits(self, name: str) -> dict:
         """The limits class_data applies per class: an origin bucket's max latency is judged per member."""
@@ -215,6 +228,7 @@ class ShapeModel:
         self.u, self.v, self.f, self.m, self.k = {}, {}, {}, {}, {}
         self.gf, self.n, self.w = {}, {}, {}
         self.ub, self.has = {}, {}
+        self.e = {}
         for name, g in self.groups.items():
             d, L = self.data[name], len(g.caps)
             if self.needs_bucket_shapes:
@@ -243,6 +257,8 @@ class ShapeModel:
                     self.m[key] = self._int(d.reach[i, j] if usable else 0, f"m{key}")
                     # k[b, i, j]: batches of class (level i, gen cap j)
                     self.k[key] = self._int(d.reach[i, j] if usable else 0, f"k{key}")
+            if self.leads[name]:
+                self._make_lead_variables(name)
 
     def _make_class_variables(self, name: str, i: int, j: int):
         d, key = self.data[name], (name, i, j)
@@ -265,6 +281,42 @@ class ShapeModel:
                     fits = limit is None or lat[o, c, j] <= limit
                     # w[b, o, c, j]: requests of own level o in class (level c, gen cap j)
                     self.w[(name, o, c, j)] = self._int(own[o, j] if fits else 0, f"w{(name, o, c, j)}")
+
+    def _make_lead_variables(self, name: str):
+        """e[...]: first-use leads. Context mode e[b, o, c, j]: shapes of bucket b whose first use lands on a
+        member of own level o in a batch of class (c, j); shape mode e[b, i, j]: shape i's first use lands in a
+        batch of class (i, j). A lead whose latency plus the warm-up passes max_latency_ms is not created."""
+        limit = self.limits[name].get("max_latency_ms")
+        fu, S = self.cfg.cost_model.first_use_ms, len(self.shapes)
+        if self.origin[name]:
+            lat = self.member_latency(name)
+            for (b, o, c, j), w in self.w.items():
+                if b == name and not isinstance(w, int) and (limit is None or lat[o, c, j] + fu <= limit):
+                    self.e[(b, o, c, j)] = self.model.new_int_var(0, S, f"e{(b, o, c, j)}")
+            return
+        lat = self.data[name].latency
+        for (b, i, j), k in self.k.items():
+            if b == name and not isinstance(k, int) and (limit is None or lat[i, j] + fu <= limit):
+                self.e[(b, i, j)] = self.model.new_bool_var(f"e{(b, i, j)}")
+
+    def lead_raise(self, name: str) -> dict:
+        """Per lead variable, how much it raises its batch's slowest latency: the warm-up less the head room
+        between the lead's own latency and the batch's slowest member (context mode), the whole warm-up in
+        shape mode (every member at the class latency: exact unless prefill is per request, then above)."""
+        fu = self.cfg.cost_model.first_use_ms
+        if not self.origin[name]:
+            return {key: fu for key in self.e if key[0] == name}
+        lat, top = self.member_latency(name), self.data[name].latency
+        return {key: max(0.0, lat[key[1], key[2], key[3]] + fu - top[key[2], key[3]])
+                for key in self.e if key[0] == name}
+
+    def lead_latency(self, name: str) -> dict:
+        """Per lead variable, the latency of its member without the warm-up."""
+        if not self.origin[name]:
+            lat = self.data[name].latency
+            return {key: lat[key[1], key[2]] for key in self.e if key[0] == name}
+        lat = self.member_latency(name)
+        return {key: lat[key[1], key[2], key[3]] for key in self.e if key[0] == name}
 
     def cells(self, name: str):
         return [(name, i, j) for i in range(len(self.levels)) for j in range(len(self.groups[name].caps))]
@@ -325,6 +377,37 @@ class ShapeModel:
                 covering = [self.ub[(name, t)] for t in range(int(self.space.cover[i]), len(self.shapes))]
                 self.model.add(sum(covering) >= self.has[(name, i)])
 
+    def _add_first_use(self, name):
+        """One lead per shape the bucket uses, each in a batch of its own that can take that shape. Shape mode:
+        shape i's lead is in a class (i, j) with a batch. Context mode: leads are members (e <= w), at most one
+        per batch (sum_o e[o, c, j] <= k[c, j]), and the used shapes can be matched to leads at levels they
+        cover: for every t, the leads at levels covered by some shape <= t are at least the used shapes <= t
+        (Hall's condition for these nested sets; the writer moves each lead's batch onto its shape)."""
+        if not self.leads[name]:
+            return
+        S, P = len(self.shapes), len(self.levels)
+        mine = {key: x for key, x in self.e.items() if key[0] == name}
+        if not self.origin[name]:
+            per_shape = [[] for _ in range(S)]
+            for (b, i, j), x in mine.items():
+                self.model.add(x <= self.k[(b, i, j)])
+                per_shape[i].append(x)
+            for i in range(S):
+                self.model.add(sum(per_shape[i]) == self.ub[(name, i)])
+            return
+        at_level, per_class = [[] for _ in range(P)], {}
+        for (b, o, c, j), x in mine.items():
+            self.model.add(x <= self.w[(b, o, c, j)])
+            at_level[c].append(x)
+            per_class.setdefault((b, c, j), []).append(x)
+        for key, xs in per_class.items():
+            self.model.add(sum(xs) <= self.k[key])
+        cover = np.asarray(self.space.cover)
+        for t in range(S):
+            leads = [x for c in range(P) if cover[c] <= t for x in at_level[c]]
+            self.model.add(sum(leads) >= sum(self.ub[(name, i)] for i in range(t + 1)))
+        self.model.add(sum(mine.values()) == sum(self.ub[(name, i)] for i in range(S)))
+
     def _add_latency_limits(self, name):
         d = self.data[name]
         lat = self.member_latency(name) if self.origin[name] else None
@@ -338,6 +421,10 @@ class ShapeModel:
             else:
                 slow = [(1, self.m[c], d.reach[c[1], c[2]]) for c in self.cells(name)
                         if d.latency[c[1], c[2]] > limit]
+            fu = self.cfg.cost_model.first_use_ms
+            if self.leads[name]:        # a lead the warm-up pushes over the limit
+                slow += [(1, self.e[k], len(self.shapes)) for k, x in self.lead_latency(name).items()
+                         if x <= limit < x + fu]
             self.rows[(name, key)] = (slow, self.rhs[name][key], True)
 
     def _add_pad_limits(self, name):
@@ -366,8 +453,8 @@ class ShapeModel:
             return
         d, fu = self.data[name], self.cfg.cost_model.first_use_ms
         terms = [(d.latency[c[1], c[2]], self.k[c], d.reach[c[1], c[2]]) for c in self.cells(name)]
-        if fu:      # at most one warm-up per shape the bucket uses lands on a batch's slowest member
-            terms += [(fu, self.ub[(name, i)], 1) for i in range(len(self.shapes))]
+        if fu:      # each lead raises its batch's slowest latency by what the warm-up passes it
+            terms += [(r, self.e[key], len(self.shapes)) for key, r in self.lead_raise(name).items()]
         self.rows[(name, "sequential_time_ms")] = (terms, limit, False)
 
     def _scaled_row(self, terms, rhs: float, integral: bool):
@@ -399,7 +486,7 @@ class ShapeModel:
                 plan_terms.append((wc * d.per_request[i, j] + wp * d.tokens[i, j], self.m[c], reach))
                 plan_terms.append((wc * oh + ws * d.latency[i, j], self.k[c], reach))
             if fu and ws:
-                plan_terms += [(ws * fu, self.ub[(name, i)], 1) for i in range(len(self.shapes))]
+                plan_terms += [(ws * r, self.e[key], len(self.shapes)) for key, r in self.lead_raise(name).items()]
         plan_terms = [(a, x, ub) for a, x, ub in plan_terms if not isinstance(x, int) and a > 0]
         total = sum(a * ub for a, _, ub in plan_terms)
         self.scale = min(SCALE / self.scale_ref, OBJ_BUDGET / max(total, 1e-300))
@@ -444,6 +531,8 @@ class ShapeModel:
             for i in range(len(self.levels)):
                 if (name, i) in self.has:
                     self.model.add_hint(self.has[(name, i)], bool(c.v[i].sum() > 0))
+            if self.leads[name]:
+                self._hint_leads(name, c.lead_origin if self.origin[name] else c.lead)
             if self.origin[name]:
                 self._hint_origin(name, c)
                 continue
@@ -474,10 +563,32 @@ class ShapeModel:
                 if not isinstance(var, int):
                     self.model.add_hint(var, int(values[i, j]))
 
-    def solve(self, time_limit_s: float, workers: int, seed: int, progress: bool = True) -> ModelSolution:
+    def lead_counts(self, solver, name: str) -> np.ndarray:
+        """The solution's e[...] of one bucket as an array ([o, c, j] or [i, j])."""
+        P, L = len(self.levels), len(self.groups[name].caps)
+        out = np.zeros((P, P, L) if self.origin[name] else (P, L), dtype=np.int64)
+        for key, x in self.e.items():
+            if key[0] == name:
+                out[key[1:]] = solver.value(x)
+        return out
+
+    def _hint_leads(self, name: str, lead: np.ndarray | None):
+        if lead is None:
+            return
+        for key, x in self.e.items():
+            if key[0] == name:
+                self.model.add_hint(x, int(lead[key[1:]]))
+
+    def solve(self, time_limit_s: float, workers: int, seed: int, progress: bool = True,
+              deterministic_time: float | None = None) -> ModelSolution:
+        """`deterministic_time`: CP-SAT's work limit (max_deterministic_time); its workers then interleave
+        (interleave_search), so the answer depends on the inputs alone while the wall limit does not bind."""
         solver = cp_model.CpSolver()
         solver.parameters.max_time_in_seconds = float(time_limit_s)
         solver.parameters.num_workers = int(workers) or 8   # a portfolio with LNS helps even on 2 cores
+        if deterministic_time is not None:
+            solver.parameters.max_deterministic_time = float(deterministic_time)
+            solver.parameters.interleave_search = solver.parameters.num_workers > 1
         solver.parameters.random_seed = int(seed)
         solver.parameters.relative_gap_limit = 1e-5
         solver.parameters.linearization_level = 2
@@ -490,7 +601,9 @@ class ShapeModel:
         name = solver.status_name(status)
         if name not in VALID_STATUSES:
             log.error("cpsat: the solver answered %s: a bug in the model (%s)", name, solver.solution_info())
-        interrupted = elapsed < 0.95 * time_limit_s and name == "FEASIBLE"
+        work = solver.response_proto.deterministic_time
+        interrupted = elapsed < 0.95 * time_limit_s and name == "FEASIBLE" and \
+            (deterministic_time is None or work < 0.95 * deterministic_time)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             bound = self.to_real(solver.best_objective_bound) if status == cp_model.UNKNOWN else -math.inf
             return ModelSolution(name, None, bound, elapsed, interrupted=interrupted)
@@ -511,6 +624,8 @@ class ShapeModel:
                     var = store[(name_b, i, j)]
                     arr[i, j] = var if isinstance(var, int) else solver.value(var)
                 out[name_b] = arr
+            if self.leads[name_b]:
+                sol.lead[name_b] = self.lead_counts(solver, name_b)
             if self.origin[name_b]:
                 wo = np.zeros((len(self.levels), len(self.levels), len(g.caps)), dtype=np.int64)
                 for (b, o, c, j), var in self.w.items():
