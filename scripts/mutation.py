@@ -8,8 +8,13 @@ Runs on a snapshot of the repository in a temporary directory (HEAD by default, 
 the commit it tested; --worktree copies the work tree as it is, uncommitted changes included), so
 edits made meanwhile neither break the run nor get mutated. mutmut mutates each file, runs only
 the selected tests that reach the mutated function (stopping at the first failure), and the summary
-lists per file killed / survived / other and every survivor with its diff. Needs
-`pip install -e ".[mutation]"`. Not part of the pytest run: a full run takes tens of minutes.
+lists per file killed / survived / other and every survivor with its diff and, from
+bench/mutation_notes.yaml (mutant name: why), why it survives (equivalent, or the test added since).
+Logging calls are not mutated (LOG_CALL): their text changes no answer. With --keep DIR naming the
+directory of an earlier run, mutmut keeps the verdicts of functions whose code did not change and
+re-tests only the others plus the mutants named by --mutants (e.g. the survivors, after adding tests),
+and the summary covers every mutant. Needs `pip install -e ".[mutation]"`. Not part of the pytest run:
+a full run takes tens of minutes.
 """
 from __future__ import annotations
 
@@ -33,6 +38,8 @@ FILES = ("models/cost.py", "solver/verify.py", "models/cpsat_model.py", "models/
 TESTS = ("tests/test_cost.py", "tests/test_models_alone.py", "tests/test_verify.py", "tests/test_verify_semantics.py",
          "tests/test_pair_model.py", "tests/test_polish.py", "tests/test_cpsat_model.py")
 KILLED = {"killed", "caught by type check"}
+LOG_CALL = r"^\s*log\.(debug|info|warning|error|exception)\("     # lines mutmut leaves alone
+NOTES = ROOT / "bench" / "mutation_notes.yaml"
 
 
 def git(*args: str) -> str:
@@ -65,6 +72,7 @@ def configure(dest: Path, files: list[str], tests: list[str]) -> None:
         "pytest_add_cli_args": ["-p", "no:cacheprovider"],
         "pytest_add_cli_args_test_selection": tests,
         "use_git_change_detection": False,
+        "do_not_mutate_patterns": [LOG_CALL],
     }
     lines = ["", "[tool.mutmut]"] + [f"{k} = {json.dumps(v)}" for k, v in table.items()]
     with open(dest / "pyproject.toml", "a") as fh:
@@ -115,14 +123,25 @@ def collect(dest: Path, files: list[str]) -> dict[str, dict[str, str]]:
     return out
 
 
+def load_notes(path: Path) -> dict[str, str]:
+    """{mutant name: why it survives} from the reviewed notes file (missing file: none)."""
+    if not path.is_file():
+        return {}
+    import yaml
+
+    return {str(k): str(v).strip() for k, v in (yaml.safe_load(path.read_text()) or {}).items()}
+
+
 def summary(stamp: dict, files: list[str], tests: list[str], workers: int, results: dict, diffs: dict,
-            finished: bool, minutes: float) -> str:
+            finished: bool, minutes: float, notes: dict[str, str] | None = None) -> str:
+    notes = notes or {}
     cmd = "python scripts/mutation.py --files " + " ".join(files) + f" --workers {workers}" + \
         (" --tests " + " ".join(tests) if tests != list(TESTS) else "")
     lines = ["# Mutation testing (mutmut)", "",
              f"Commit `{stamp['commit']}` ({stamp['tree']}), {datetime.date.today().isoformat()}, "
              f"{minutes:.1f} min with {workers} worker(s){'' if finished else ', stopped by the time box'}.", "",
              f"Command: `{cmd}`", "", "Tests: " + ", ".join(f"`{t}`" for t in tests), "",
+             f"Not mutated: logging calls (lines matching `{LOG_CALL}`).", "",
              "| file | killed | survived | timeout | no tests | not checked | other | total | score |",
              "|---|---|---|---|---|---|---|---|---|"]
     for f in files:
@@ -135,12 +154,14 @@ def summary(stamp: dict, files: list[str], tests: list[str], workers: int, resul
         lines.append(f"| {f} | {killed} | {counts['survived']} | {counts['timeout']} | {counts['no tests']} | "
                      f"{counts['not checked']} | {other} | {len(st)} | {score} |")
     lines += ["", "Score = (killed + timeout) / (killed + survived + timeout). \"no tests\": no selected test "
-              "reaches the mutated function.", "", "## Survivors", ""]
+              "reaches the mutated function.", "", "## Survivors", "",
+              f"Each with why it survives, from `{NOTES.relative_to(ROOT)}`.", ""]
     survivors = [(f, m) for f in files for m, s in results.get(f, {}).items() if s == "survived"]
     if not survivors:
         lines.append("None.")
     for f, m in survivors:
-        lines += [f"### `{m}`", "", "```diff", diffs.get(m, "").strip(), "```", ""]
+        lines += [f"### `{m}`", "", "Why: " + notes.get(m, "not reviewed yet."), "", "```diff",
+                  diffs.get(m, "").strip(), "```", ""]
     others = [(m, s) for f in files for m, s in results.get(f, {}).items()
               if s not in KILLED and s not in ("survived", "not checked")]
     if others:
@@ -158,8 +179,11 @@ def main(argv=None) -> int:
     p.add_argument("--worktree", action="store_true", help="test the work tree as it is instead of HEAD")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "mutation.md", help="summary file")
     p.add_argument("--mutants", nargs="+", default=(), help="only these mutant names or globs, e.g. "
-                   "'models.cost.x_quad*' (the summary then covers only them)")
-    p.add_argument("--keep", type=Path, default=None, help="run in this directory and keep it (default: a temp dir)")
+                   "'models.cost.x_quad*' (the summary then covers only them, or with --keep every mutant "
+                   "tested in that directory)")
+    p.add_argument("--keep", type=Path, default=None, help="run in this directory and keep it (default: a temp dir); "
+                   "an earlier run's directory keeps the verdicts of unchanged functions")
+    p.add_argument("--notes", type=Path, default=NOTES, help="YAML {mutant: why it survives} (default %(default)s)")
     args = p.parse_args(argv)
     try:
         import mutmut as _  # noqa: F401
@@ -187,7 +211,7 @@ def main(argv=None) -> int:
             sys.exit("error: mutmut checked no mutant (the unmutated tests must pass first; see the log above)")
         diffs = {m: mutmut_cli(dest, "show", m) for f in results.values() for m, s in f.items() if s == "survived"}
         text = summary(stamp, args.files, args.tests, args.workers, results, diffs, finished,
-                       (time.monotonic() - start) / 60)
+                       (time.monotonic() - start) / 60, load_notes(args.notes))
         args.out.parent.mkdir(parents=True, exist_ok=True)
         tmp = args.out.with_name(args.out.name + ".tmp")
         tmp.write_text(text)
