@@ -50,11 +50,11 @@ def test_example_profile_block_pastes_into_a_config(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("text,what", [
-    ("phase,seq_len,ms\nprefill,64,1\nprefill,x,2\n", "p.csv:3: seq_len 'x' must be a number"),
+    ("phase,seq_len,ms\nprefill,64,1\nprefill,x,2\n", "p.csv:3: seq_len='x' must be a finite number"),
     ("phase,seq_len,ms\nwarmup,64,1\n", "p.csv:2: phase 'warmup' must be one of"),
     ("phase,len,ms\nprefill,64,1\n", "needs columns phase, seq_len"),
     ("phase,seq_len,ms\nprefill,64,1\nprefill,128,2\n", "3 or more distinct seq_len"),
-    ("phase,seq_len,ms\n# note\nprefill,64,-1\n", "p.csv:3: ms '-1' must be"),
+    ("phase,seq_len,ms\n# note\nprefill,64,-1\n", "p.csv:3: ms='-1' must be"),
 ])
 def test_bad_profile_is_one_clear_error(tmp_path, capsys, text, what):
     (tmp_path / "p.csv").write_text(text)

@@ -8,7 +8,7 @@ import numpy as np
 
 from models.instance import Instance
 from solver.bounds import all_bounds, total_cost_bound
-from solver.commands.plots import histograms
+from solver.commands.output import open_folder, protected_paths, replace_set
 
 PCTS = (50, 90, 95, 99, 100)
 
@@ -66,8 +66,24 @@ def analyze(inst: Instance, png_dir: Path | None = None) -> list[str]:
             verdict = "reachable alone" if least <= limit * (1 + 1e-12) else "CANNOT be met"
             lines.append(f"  limit {key} {limit:.6g}: least reachable {least:.6g}: {verdict}")
         if png_dir is not None:
-            path = histograms(name, req.prompt, req.gen, png_dir / f"{name}.hist.png")
-            lines.append(f"  histogram: {path}")
+            lines.append(f"  histogram: {png_dir / hist_name(name)}")
     lines.append(f"== total cost >= {total_cost_bound(inst):.6g} (exact shape DP, every request at its own gen, "
                  f"least batch overhead, compile cost)")
     return lines
+
+
+def hist_name(bucket: str) -> str:
+    return f"{bucket}.hist.png"
+
+
+def write_histograms(inst: Instance, out_dir: Path) -> Path:
+    """One histogram PNG per bucket into `out_dir`, swapped in atomically beside the folder's other files
+    (only files shapeplan wrote are replaced); the resolved folder."""
+    from solver.commands.plots import histograms
+
+    def produce(stage: Path) -> list[Path]:
+        return [histograms(name, req.prompt, req.gen, stage / hist_name(name)) for name, req in inst.requests.items()]
+
+    with open_folder(out_dir, protected_paths(inst.cfg), [hist_name(n) for n in inst.requests]) as out:
+        replace_set(out, {}, produce, keep_others=True)
+    return out

@@ -6,6 +6,7 @@ a decode step) and one or both of `ms` (latency) and `cost`. Lines starting with
 """
 from __future__ import annotations
 
+import io
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,8 +16,11 @@ import pandas as pd
 import yaml
 
 from models.errors import InputError
+from models.files import read_text
+from solver.commands.output import open_folder, replace_set
 
 PHASES = ("prefill", "decode_step", "compile", "batch_overhead")
+MAX_VALUE = 1e15                            # a measured seq_len, ms or cost: squares stay far from overflow
 UNITS = ("ms", "cost")
 
 
@@ -36,22 +40,22 @@ class Fit:
 
 
 def read_profile(path: Path) -> pd.DataFrame:
-    if not path.exists():
-        raise InputError(f"{path}: no such profile file")
+    text = read_text(path, "profile")
     try:
-        frame = pd.read_csv(path, comment="#", skip_blank_lines=True)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        frame = pd.read_csv(io.StringIO(text), comment="#", skip_blank_lines=True)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
         raise InputError(f"{path}: not a readable CSV ({exc})") from None
     missing = [c for c in ("phase", "seq_len") if c not in frame.columns]
     if missing or not any(u in frame.columns for u in UNITS):
         raise InputError(f"{path}: needs columns phase, seq_len and ms and/or cost (found {list(frame.columns)})")
-    lines = data_lines(path)
+    lines = data_lines(text)
     for col in ["seq_len"] + [u for u in UNITS if u in frame.columns]:
         values = pd.to_numeric(frame[col], errors="coerce")
-        bad = values.isna() & frame[col].notna() | (values < 0)
+        bad = values.isna() & frame[col].notna() | (values < 0) | (values.abs() > MAX_VALUE)
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
-            raise InputError(f"{path}:{lines[i]}: {col} {str(frame[col].iloc[i])!r} must be a number >= 0")
+            raise InputError(f"{path}:{lines[i]}: {col}={str(frame[col].iloc[i])!r} must be a finite number "
+                             f"between 0 and {MAX_VALUE:g}")
         frame[col] = values
     unknown = ~frame["phase"].isin(PHASES)
     if unknown.any():
@@ -60,10 +64,9 @@ def read_profile(path: Path) -> pd.DataFrame:
     return frame
 
 
-def data_lines(path: Path) -> list[int]:
+def data_lines(text: str) -> list[int]:
     """File line number of each data row (after the header, skipping comments and blanks)."""
-    numbers = [i for i, text in enumerate(path.read_text().splitlines(), 1)
-               if text.strip() and not text.lstrip().startswith("#")]
+    numbers = [i for i, line in enumerate(text.splitlines(), 1) if line.strip() and not line.lstrip().startswith("#")]
     return numbers[1:]
 
 
@@ -137,3 +140,15 @@ def residual_plot(fits: list[Fit], path: Path) -> Path:
         axes[1, col].set_xlabel("seq_len")
         axes[1, col].set_ylabel("residual")
     return save(fig, path)
+
+
+OUTPUTS = ("cost_model.yaml", "residuals.png")
+
+
+def write_fit(fits: list[Fit], profile: Path, out_dir: Path) -> Path:
+    """cost_model.yaml and residuals.png swapped into `out_dir` atomically, beside its other files (only
+    files shapeplan wrote are replaced; never beside the profile); the resolved folder."""
+    files = {"cost_model.yaml": yaml_block(fits).encode()}
+    with open_folder(out_dir, [profile], OUTPUTS) as out:
+        replace_set(out, files, lambda stage: [residual_plot(fits, stage / "residuals.png")], keep_others=True)
+    return out

@@ -196,7 +196,7 @@ def sweep_main(argv=None) -> int:
     try:
         grid = parse_sets(args.set)
         cfg = load_config(args.config)
-        out = Path(args.out).resolve() if args.out else cfg.output.dir / "sweep"
+        out = Path(args.out) if args.out else cfg.output.dir / "sweep"
         frame = run_sweep(args.config, grid, args.method, args.time_limit, args.jobs, backend=args.backend,
                           address=args.address, out=out, resume=args.resume, max_retries=args.max_retries,
                           workers=args.workers or None)
@@ -283,7 +283,7 @@ def config_from_report(plan_dir: Path) -> str:
 
 @command
 def calibrate_main(argv=None) -> int:
-    from solver.commands.calibrate import calibrate, residual_plot, yaml_block
+    from solver.commands.calibrate import calibrate, write_fit, yaml_block
 
     p = Parser(prog="calibrate.py", description="Fit the cost model to measured timings.")
     p.add_argument("profile", help="CSV with columns phase, seq_len and ms and/or cost")
@@ -293,20 +293,14 @@ def calibrate_main(argv=None) -> int:
     profile = Path(args.profile)
     try:
         fits = calibrate(profile)
+        out = write_fit(fits, profile, Path(args.out) if args.out else Path("out") / "calibrate" / profile.stem)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    out = Path(args.out) if args.out else Path("out") / "calibrate" / profile.stem
-    out.mkdir(parents=True, exist_ok=True)
-    block = yaml_block(fits)
-    tmp = out / "cost_model.yaml.tmp"
-    tmp.write_text(block)
-    tmp.replace(out / "cost_model.yaml")
-    picture = residual_plot(fits, out / "residuals.png")
     for f in fits:
         print(f"{f.key:<22} {len(f.x):>4} points  R² {f.r2:.5f}  coefficients {f.coeffs}")
-    print("\n" + block)
-    print(f"wrote {out / 'cost_model.yaml'} and {picture}")
+    print("\n" + yaml_block(fits))
+    print(f"wrote {out / 'cost_model.yaml'} and {out / 'residuals.png'}")
     return 0
 
 
@@ -346,7 +340,7 @@ def verify_main(argv=None) -> int:
 @command
 def analyze_main(argv=None) -> int:
     from models.instance import Instance
-    from solver.commands.analyze import analyze
+    from solver.commands.analyze import analyze, write_histograms
     from solver.pipeline import load_all
 
     p = Parser(prog="analyze.py", description="Profile traces and print pre-search bounds.")
@@ -356,9 +350,9 @@ def analyze_main(argv=None) -> int:
     try:
         cfg = load_config(args.config)
         inst = Instance(cfg, load_all(cfg))
+        out = write_histograms(inst, Path(args.out) if args.out else cfg.output.dir / "analysis")
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    out = Path(args.out).resolve() if args.out else cfg.output.dir / "analysis"
     print("\n".join(analyze(inst, out)))
     return 0

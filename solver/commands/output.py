@@ -105,13 +105,27 @@ def protected_paths(cfg) -> list[Path]:
 def write_outputs(res: SolveResult, out_dir: Path, report: dict) -> None:
     """Write every plan and the report, then swap them in as one set (see the module doc)."""
     files = output_files(res, report)
-    out = check_out_dir(Path(out_dir), protected_paths(res.config))
+    with open_folder(Path(out_dir), protected_paths(res.config), files) as out:
+        replace_set(out, files)
+
+
+@contextmanager
+def open_folder(out_dir: Path, protected: list[Path], rels):
+    """The checked output folder (not /, not a file, no input inside), held under its lock with an earlier
+    half swap undone; InputError before anything is created when one of `rels` is in the way and not ours."""
+    out = check_out_dir(Path(out_dir), protected)
     if out.is_dir() and not read_manifest(out)["swap"]:
-        check_owned(out, files, read_manifest(out))    # refuse before creating anything
+        check_owned(out, rels, read_manifest(out))     # refuse before creating anything
     with folder_lock(out):
-        manifest = recover(out)
-        check_owned(out, files, manifest)
-        swap_set(out, files, manifest)
+        check_owned(out, rels, recover(out))
+        yield out
+
+
+def replace_set(out: Path, files: dict[str, bytes], produce: Callable[[Path], list[Path]] | None = None,
+                keep_others: bool = False) -> None:
+    """Swap `files` (and what `produce(folder)` writes) in, under the lock of `open_folder`. The folder's
+    other listed files go (a solve's set replaces the last one), or stay with `keep_others`."""
+    swap_set(out, files, read_manifest(out), produce, keep_others)
 
 
 # --- the output folder --------------------------------------------------------------------------
@@ -267,29 +281,22 @@ def move(src: Path, dst: Path) -> None:
     os.replace(src, dst)
 
 
-def swap_set(out: Path, files: dict[str, bytes], manifest: dict) -> None:
+def swap_set(out: Path, files: dict[str, bytes], manifest: dict,
+             produce: Callable[[Path], list[Path]] | None = None, keep_others: bool = False) -> None:
     """Stage the new set, then swap it in with the journal in the manifest; undo on any failure."""
     stage, trash = new_work(out)
-    old = list(manifest["files"])
+    listed = list(manifest["files"])
     with stop.deferred():
+        rels = stage_files(out, files, produce, manifest, stage, trash)
+        old = [r for r in listed if r in rels] if keep_others else listed
+        after = sorted(set(listed) | set(rels)) if keep_others else rels
+        journal = {"stage": stage.name, "trash": trash.name, "old": old, "new": rels, "listed": listed}
         try:
-            write_manifest(out, dict(manifest, work=[stage.name, trash.name]))
-            for rel, data in files.items():
-                write_file(stage / rel, data)
-        except OSError as exc:
-            discard(out, manifest, stage, trash)
-            raise SwapError(f"{out}: cannot write the output set ({exc.strerror or exc}); nothing written, "
-                            "the folder keeps its previous files") from None
-        except BaseException:
-            discard(out, manifest, stage, trash)
-            raise Interrupted(True) from None
-        journal = {"stage": stage.name, "trash": trash.name, "old": old, "new": sorted(files)}
-        try:
-            write_manifest(out, {"files": old, "work": [stage.name, trash.name], "swap": journal})
+            write_manifest(out, {"files": listed, "work": [stage.name, trash.name], "swap": journal})
             move_in(out, journal)
-            write_manifest(out, {"files": sorted(files), "work": [stage.name, trash.name], "swap": None})
+            write_manifest(out, {"files": after, "work": [stage.name, trash.name], "swap": None})
         except BaseException as exc:
-            undone = undo(out, journal, old)
+            undone = undo(out, journal, listed)
             if not isinstance(exc, OSError):
                 raise Interrupted(undone) from None
             raise SwapError(f"{out}: swapping the new set in failed ({exc.strerror or exc}); " +
@@ -297,9 +304,32 @@ def swap_set(out: Path, files: dict[str, bytes], manifest: dict) -> None:
                              "the swap could not be undone: the next run into this folder restores the previous "
                              "set"), kept_old=undone) from None
         try:
-            finish(out, sorted(files), [stage, trash], journal)
+            finish(out, after, [stage, trash], journal)
         except BaseException as exc:                   # the new set is in; the next run removes the rest
             log.warning("%s: the new set is in, but cleaning up failed (%r); the next run finishes it", out, exc)
+
+
+def stage_files(out: Path, files: dict[str, bytes], produce, manifest: dict, stage: Path, trash: Path) -> list[str]:
+    """Write the new set into the stage (`produce(stage)` adds its files); the sorted relative paths.
+    On a failure the stage goes and the folder is as before: SwapError (a write), Interrupted, or the error."""
+    try:
+        write_manifest(out, dict(manifest, work=[stage.name, trash.name]))
+        for rel, data in files.items():
+            write_file(stage / rel, data)
+        made = produce(stage) if produce else []
+        rels = sorted(set(files) | {Path(p).relative_to(stage).as_posix() for p in made})
+        check_owned(out, rels, manifest)
+        return rels
+    except OSError as exc:
+        discard(out, manifest, stage, trash)
+        raise SwapError(f"{out}: cannot write the output set ({exc.strerror or exc}); nothing written, "
+                        "the folder keeps its previous files") from None
+    except KeyboardInterrupt:
+        discard(out, manifest, stage, trash)
+        raise Interrupted(True) from None
+    except BaseException:
+        discard(out, manifest, stage, trash)
+        raise
 
 
 def move_in(out: Path, journal: dict) -> None:
@@ -370,10 +400,10 @@ def recover(out: Path) -> dict:
     manifest = read_manifest(out)
     journal = manifest["swap"]
     if journal and all(isinstance(journal.get(k), str) and WORK_NAME.match(journal[k]) for k in ("stage", "trash")):
-        old = [r for r in journal.get("old", []) if safe_rel(r)]
-        new = [r for r in journal.get("new", []) if safe_rel(r)]
+        old, new = safe_list(journal, "old"), safe_list(journal, "new")
+        listed = safe_list(journal, "listed") if "listed" in journal else old
         log.warning("%s: an earlier run stopped while swapping its output in; restoring the set before it", out)
-        if not undo(out, {"stage": journal["stage"], "trash": journal["trash"], "old": old, "new": new}, old):
+        if not undo(out, {"stage": journal["stage"], "trash": journal["trash"], "old": old, "new": new}, listed):
             raise SwapError(f"{out}: cannot restore the set an earlier run left half swapped; see the warning above",
                             kept_old=False)
         return read_manifest(out)
@@ -387,26 +417,40 @@ def recover(out: Path) -> dict:
 
 # --- files added after the swap (pictures, exports) -------------------------------------------------
 
+def safe_list(journal: dict, key: str) -> list[str]:
+    items = journal.get(key)
+    return [r for r in items if safe_rel(r)] if isinstance(items, list) else []
+
+
+# --- files added after the swap (pictures, exports) -------------------------------------------------
+
 def add_files(out: Path, produce: Callable[[Path], list[Path]], what: str) -> list[Path]:
-    """Let `produce(folder)` write files into a staging folder, then move each in if its place is free
-    or ours, and list it in the manifest. A failure is a warning (the plan set is already written)."""
-    placed = []
+    """`place_files` under the folder's lock. A failure is a warning (the plan set is already written)."""
     try:
-        with folder_lock(out), stop.deferred():
-            manifest = read_manifest(out)
-            stage, _ = new_work(out)
-            write_manifest(out, dict(manifest, work=manifest["work"] + [stage.name]))
-            try:
-                made = produce(stage)
-                rels = [p.relative_to(stage).as_posix() for p in made]
-                check_owned(out, rels, manifest)
-                for rel in rels:
-                    move(stage / rel, out / rel)
-                    placed.append(out / rel)
-            finally:
-                shutil.rmtree(stage, ignore_errors=True)
-                files = manifest["files"] + [p.relative_to(out).as_posix() for p in placed]
-                write_manifest(out, {"files": files, "work": manifest["work"], "swap": None})
+        with folder_lock(out):
+            return place_files(out, produce)
     except (Exception, KeyboardInterrupt) as exc:     # noqa: BLE001 - a picture never fails the run
-        print(f"warning: {what} not written ({exc!r}); the plans and the report are complete", file=sys.stderr)
+        print(f"warning: {what} not written ({exc!r}); the files written before them are complete", file=sys.stderr)
+    return []
+
+
+def place_files(out: Path, produce: Callable[[Path], list[Path]]) -> list[Path]:
+    """Let `produce(folder)` write files into a staging folder, then move each in if its place is free
+    or ours, and list it in the manifest (the caller holds the lock); the paths placed."""
+    placed = []
+    with stop.deferred():
+        manifest = read_manifest(out)
+        stage, _ = new_work(out)
+        write_manifest(out, dict(manifest, work=manifest["work"] + [stage.name]))
+        try:
+            made = produce(stage)
+            rels = [p.relative_to(stage).as_posix() for p in made]
+            check_owned(out, rels, manifest)
+            for rel in rels:
+                move(stage / rel, out / rel)
+                placed.append(out / rel)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+            files = manifest["files"] + [p.relative_to(out).as_posix() for p in placed]
+            write_manifest(out, {"files": files, "work": manifest["work"], "swap": None})
     return placed

@@ -17,13 +17,17 @@ import math
 import os
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from models.config import load_config, parse_value
 from models.errors import InputError
+from models.files import read_text
+from solver.commands.output import add_files, open_folder, protected_paths, replace_set
 from solver.parallel import Shared, check_backend, map_tasks
 
 log = logging.getLogger(__name__)
@@ -33,6 +37,7 @@ ROW_COLUMNS = ("method", "objective", "total_cost", "compile_cost", "num_shapes"
                "best_bound", "gap", "status")
 BUCKET_COLUMNS = ("cost", "pad_ratio", "p95_latency_ms", "sequential_time_ms", "num_batches")
 FAILED = "FAILED"
+CSV = "sweep.csv"
 
 
 class Interrupted(KeyboardInterrupt):
@@ -165,10 +170,12 @@ def point_id(point: dict, keys: list[str]) -> str:
 
 
 class SweepTable:
-    """The rows so far, written to `path` (when given) after every new row: grid order, atomic."""
+    """The rows so far, written to `folder`/sweep.csv (when given) after every new row: grid order, swapped in
+    atomically (the caller holds the folder: see sweep_folder)."""
 
-    def __init__(self, keys: list[str], buckets: list[str], points: list[dict], path: Path | None):
-        self.keys, self.path = keys, path
+    def __init__(self, keys: list[str], buckets: list[str], points: list[dict], folder: Path | None):
+        self.keys, self.folder = keys, folder
+        self.path = folder / CSV if folder is not None else None
         self.columns = keys + list(ROW_COLUMNS) + [f"{b}.{c}" for b in buckets for c in BUCKET_COLUMNS] + ["error"]
         self.index = {point_id(p, keys): i for i, p in enumerate(points)}
         self.rows: dict[int, dict] = {}
@@ -178,14 +185,17 @@ class SweepTable:
         """Take the finished rows of an earlier run from `path`; returns how many points they cover."""
         if self.path is None or not self.path.exists():
             return 0
-        with open(self.path, newline="") as f:
-            reader = csv.DictReader(f)
-            missing = [k for k in self.keys if k not in (reader.fieldnames or [])]
-            if missing:
-                raise InputError(f"{self.path}: no column {missing[0]!r}: --resume needs the --set keys of the "
-                                 "run that wrote it")
+        reader = csv.DictReader(io.StringIO(read_text(self.path, "sweep table"), newline=""))
+        missing = [k for k in self.keys if k not in (reader.fieldnames or [])]
+        if missing:
+            raise InputError(f"{self.path}: no column {missing[0]!r}: --resume needs the --set keys of the "
+                             "run that wrote it")
+        try:
             for row in reader:
                 self.take(row)
+        except (csv.Error, yaml.YAMLError, TypeError) as exc:
+            raise InputError(f"{self.path}:{reader.line_num}: not a sweep table row ({exc}); move the file away "
+                             "or run without --resume") from None
         return len(self.rows)
 
     def take(self, row: dict) -> None:
@@ -199,11 +209,8 @@ class SweepTable:
 
     def add(self, i: int, row: dict) -> None:
         self.rows[i] = row
-        if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            tmp.write_text(self.text())
-            tmp.replace(self.path)
+        if self.folder is not None:
+            replace_set(self.folder, {CSV: self.text().encode()}, keep_others=True)
 
     def text(self) -> str:
         buf = io.StringIO()
@@ -264,48 +271,62 @@ def run_sweep(config: str, grid: dict[str, list], method: str = "cpsat", time_li
     workers = workers or default_workers(jobs, len(points))
     cfgs = point_configs(config, points, workers)
     buckets = list(dict.fromkeys(b.name for cfg in cfgs for b in cfg.buckets))
-    table = SweepTable(list(grid), buckets, points, Path(out) / "sweep.csv" if out is not None else None)
-    done = table.resume() if resume else 0
-    todo = [i for i in range(len(points)) if i not in table.rows]
-    traces = load_traces([cfgs[i] for i in todo])
-    log.info("sweep: %d points (%d already done), backend %s, %d CP-SAT workers each",
-             len(points), done, backend, workers)
-    items = [(cfgs[i], points[i], method, time_limit, Shared(trace_key(cfgs[i]))) for i in todo]
-    progress = Progress(len(points), done)
-    try:
-        for d in map_tasks(point_fn, items, backend, address, jobs=jobs, num_cpus=workers,
-                           max_retries=max_retries, shared=traces, on_start=progress.started):
-            i = todo[d.index]
-            if d.error is not None:
-                log.warning("sweep point %s failed: %s", points[i], d.error)
-            table.add(i, d.value if d.error is None else failed_row(points[i], method, d.error))
-            progress.finished(d.error is None)
-    except KeyboardInterrupt:
-        raise Interrupted(progress.done, len(points), table.path) from None
-    return table.frame()
+    with sweep_folder(out, cfgs) as folder:
+        table = SweepTable(list(grid), buckets, points, folder)
+        done = table.resume() if resume else 0
+        todo = [i for i in range(len(points)) if i not in table.rows]
+        traces = load_traces([cfgs[i] for i in todo])
+        log.info("sweep: %d points (%d already done), backend %s, %d CP-SAT workers each",
+                 len(points), done, backend, workers)
+        items = [(cfgs[i], points[i], method, time_limit, Shared(trace_key(cfgs[i]))) for i in todo]
+        progress = Progress(len(points), done)
+        try:
+            for d in map_tasks(point_fn, items, backend, address, jobs=jobs, num_cpus=workers,
+                               max_retries=max_retries, shared=traces, on_start=progress.started):
+                i = todo[d.index]
+                if d.error is not None:
+                    log.warning("sweep point %s failed: %s", points[i], d.error)
+                table.add(i, d.value if d.error is None else failed_row(points[i], method, d.error))
+                progress.finished(d.error is None)
+        except KeyboardInterrupt:
+            raise Interrupted(progress.done, len(points), table.path) from None
+        return table.frame()
+
+
+@contextmanager
+def sweep_folder(out: Path | None, cfgs: list):
+    """The output folder held for the whole sweep (checked, locked, sweep.csv ours or free), or None."""
+    if out is None:
+        yield None
+        return
+    inputs = [p for cfg in cfgs for p in protected_paths(cfg)]
+    with open_folder(Path(out), inputs, [CSV]) as folder:
+        yield folder
 
 
 def write_plots(frame: pd.DataFrame, keys: list[str], out: Path) -> list[Path]:
-    """One PNG of the trade-offs per swept key, from the points that did not fail."""
+    """One PNG of the trade-offs per swept key, from the points that did not fail, added to the folder's
+    files (a failure is a warning: sweep.csv is complete)."""
     from solver.commands.plots import sweep_plots
 
     ok = frame[frame["status"].astype(str) != FAILED] if "status" in frame else frame
     if ok.empty:
         return []
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for key in keys:
-        order = [key] + [k for k in keys if k != key]
-        name = key.replace("*", "all").replace(".", "_")
-        written.append(sweep_plots(ok, order, [m for m in TRADE_OFFS if ok[m].notna().any()],
-                                   out / f"sweep_{name}.png"))
-    return written
+
+    def produce(folder: Path) -> list[Path]:
+        written = []
+        for key in keys:
+            order = [key] + [k for k in keys if k != key]
+            name = key.replace("*", "all").replace(".", "_")
+            written.append(sweep_plots(ok, order, [m for m in TRADE_OFFS if ok[m].notna().any()],
+                                       folder / f"sweep_{name}.png"))
+        return written
+    return add_files(Path(out), produce, "sweep plots")
 
 
 def write_sweep(frame: pd.DataFrame, keys: list[str], out: Path) -> list[Path]:
-    """sweep.csv (atomic) and the plots, for a frame from `run_sweep` without `out`."""
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = out / "sweep.csv.tmp"
-    frame.to_csv(tmp, index=False)
-    tmp.replace(out / "sweep.csv")
-    return [out / "sweep.csv"] + write_plots(frame, keys, out)
+    """sweep.csv (atomic, into a folder of its own: see open_folder) and the plots, for a frame from
+    `run_sweep` without `out`."""
+    with open_folder(Path(out), [], [CSV]) as folder:
+        replace_set(folder, {CSV: frame.to_csv(index=False).encode()}, keep_others=True)
+    return [folder / CSV] + write_plots(frame, keys, folder)
