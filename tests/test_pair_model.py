@@ -54,3 +54,55 @@ def test_column_generation_reaches_the_full_lp(tmp_path, prompts, gens, limits):
     assert priced.columns <= sum(len(b.pg) for b in full.buckets.values())
     assert priced.lp_value == pytest.approx(full.value(res), rel=1e-7)
     assert priced.lp_value <= brute_force(cfg, reqs) * (1 + 1e-9)
+
+
+# --- mutation survivors of models/pair_model.py (bench/mutation_pair_polish.md) ----------------------
+
+WIDE = ([40, 100, 130, 60, 250, 300, 20, 190], [1, 2, 3, 4, 5, 6, 7, 8])    # 5 shapes, 8 gen levels
+
+
+def written(b) -> set:
+    return set(zip(b.pg.tolist(), b.pc.tolist()))
+
+
+@pytest.mark.parametrize("span", [None, (0, 0), (1, 3), (2, 1), (0, 4)])
+def test_neighbours_are_the_classes_a_few_levels_above_and_the_top_class(tmp_path, span):
+    """add_neighbours writes, for every group, the classes at most span_i shape levels and span_j gen
+    levels above its own (default 1 and 3), and the top class (largest shape, longest cap); nothing else."""
+    cfg = tiny(tmp_path, *WIDE, k=3, batch=3)
+    reqs = requests_of(cfg)
+    _, model = model_for(cfg, reqs, Instance(cfg, reqs).all_shapes)
+    b = model.buckets["a"]
+    si, sj = span or (1, 3)
+    b.add_neighbours() if span is None else b.add_neighbours(span_i=si, span_j=sj)
+    shape_top = b.ci.max()
+    top = [c for c in range(b.num_classes) if b.ci[c] == shape_top and b.cj[c] == b.cj[b.ci == shape_top].max()]
+    expected = {(g, c) for g in range(len(b.n)) for c in range(b.num_classes)
+                if 0 <= b.ci[c] - b.gi[g] <= si and 0 <= b.cj[c] - b.gj[g] <= sj} | {(g, top[0]) for g in range(len(b.n))}
+    assert len(b.shapes) == 5 and len(b.caps) == 8
+    assert written(b) == expected
+
+
+def test_a_plans_own_pairs_hold_that_plan(tmp_path):
+    """add_plan alone writes enough pairs for the MIP to place every request, at no more than the plan's
+    own cost (recomputed from the spec); the demand cannot be met without them."""
+    from models.instance import batch_caps
+    from models.plan import BucketPlan
+    from tests.helpers import q, recompute
+
+    cfg = tiny(tmp_path, *WIDE, k=3, batch=3)
+    reqs = requests_of(cfg)
+    req = reqs["a"]
+    shapes = np.asarray([128, 256, 320])
+    plan = BucketPlan(np.array([0, 0, 1, 0, 1, 2, 1, 2]), np.array([128, 256, 320]))
+    inst = Instance(cfg, reqs)
+    classes = {"a": group_bucket(req, shapes, 48, batch_caps(req, plan), keep_all=True)}
+    model = PairModel(cfg, inst.costs, shapes, reqs, cfg.objective.weight_map(), classes, 1e9)
+    b = model.buckets["a"]
+    b.add_plan(plan)
+    res, _, _ = model.solve(30, integral=True)
+    assert res.status == 0
+    own = recompute(cfg, req, plan.batch_of, plan.seq_align)["cost"] + sum(
+        q(cfg.cost_model.compile_cost, s) for s in (128, 256, 320))
+    assert model.value(res) <= own * (1 + 1e-9)
+    assert len(written(b)) <= 8

@@ -58,3 +58,57 @@ def test_pipeline_reports_the_polish(tmp_path):
         r = solve(inst.cfg, ("cpsat",)).results["cpsat"]
         assert ("polish_objective" in r.solver) == reported
         assert r.objective <= r.solver.get("polish_objective", np.inf) * (1 + 1e-9)
+
+
+# --- mutation survivors of solver/polish.py (bench/mutation_pair_polish.md) --------------------------
+
+def cheap_compile(tmp_path, prompts, gens, k, batch):
+    path = make_config(tmp_path, {"a": rows_from(prompts, gens)}, {"a": {}},
+                       shapes={"max_unique": k, "granularity": 64}, batching={"max_batch_size": batch},
+                       cost_model={"compile_cost": [1.0, 0, 0]},
+                       solver={"time_limit_s": 10, "workers": 2, "log_progress": False})
+    cfg = load(path)
+    return Instance(cfg, load_all(cfg))
+
+
+def test_polish_prices_in_a_class_two_shape_levels_up(tmp_path):
+    """Shapes 64..256, batches of 4, compiling nearly free: the optimum (brute force) puts the short
+    request into the batch of the three 190-token prompts at 192, two shape levels above its own and
+    below the top. The start plan's pairs and their neighbours (one level up, and the top class) do not
+    hold it; only the column generation finds it."""
+    from tests.helpers import brute_force
+
+    inst = cheap_compile(tmp_path, [190, 190, 190, 10, 250], [5] * 5, k=4, batch=4)
+    shapes = [64, 128, 192, 256]
+    start = evaluate(inst, "rounding", rule_plan(inst, shapes, order="gen"), 0.0)
+    assert start.metrics["a"].num_batches == 3
+    r = checked(inst, "polish", polish(inst, shapes, start.plans, start.objective, 20.0))
+    assert r.objective == pytest.approx(brute_force(inst.cfg, inst.requests), rel=1e-12)
+    assert r.shapes == [192, 256] and r.metrics["a"].num_batches == 2
+
+
+class FakeClock:
+    """time.monotonic for solver.polish: 0 at the start, then `elapsed` seconds later ever after."""
+
+    def __init__(self, elapsed):
+        self.calls, self.elapsed = 0, elapsed
+
+    def monotonic(self):
+        self.calls += 1
+        return 0.0 if self.calls == 1 else self.elapsed
+
+
+@pytest.mark.parametrize("limit,elapsed,runs", [(1.5, 0.6, False), (2.0, 1.0, True), (2.5, 1.0, True),
+                                                (0.9, 0.0, False)])
+def test_polish_needs_a_second_left_for_the_mip(tmp_path, monkeypatch, limit, elapsed, runs):
+    """After the column generation, the MIP runs only with at least 1 s of the polish time left
+    (time_limit_s less the time spent so far); else polish returns None."""
+    import solver.polish as polish_module
+
+    inst = instance(tmp_path, [40, 100, 130, 60, 250], [10, 12, 30, 10, 5], {}, k=2, batch=3)
+    start = run_heuristic(inst, "dp")
+    monkeypatch.setattr(polish_module, "time", FakeClock(elapsed))
+    plans = polish(inst, start.shapes, start.plans, start.objective, limit)
+    assert (plans is not None) == runs
+    if runs:
+        checked(inst, "polish", plans)
