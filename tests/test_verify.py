@@ -381,3 +381,16 @@ def test_percentiles_of_200_distinct_latencies():
     lats = sorted(recompute(cfg, reqs([10], [g]), [0], [64])["max_latency_ms"] for g in range(1, 201))
     assert m.p95_latency_ms == pytest.approx(ref["p95_latency_ms"]) == pytest.approx(lats[189])
     assert m.p99_latency_ms == pytest.approx(ref["p99_latency_ms"]) == pytest.approx(lats[197])
+
+
+def test_first_use_skips_an_empty_batch_index():
+    """Batch 0 is empty (in-memory plans may leave an index unused): the shape's first use goes to the
+    first request of batch 1, the first batch that exists."""
+    cfg = cfg_of(first_use=1500.0)
+    req = reqs([10, 100], [5, 5])
+    plan = BucketPlan(np.array([1, 1]), np.array([128, 128]))
+    m = bucket_metrics(cfg, req, plan)
+    ref = recompute(cfg, req, plan.batch_of, plan.seq_align)
+    assert m.max_latency_ms == pytest.approx(ref["max_latency_ms"], rel=1e-12)
+    short_alone = recompute(cfg_of(), reqs([10], [5]), [0], [128])["max_latency_ms"]    # request 0, no first use
+    assert m.max_latency_ms == pytest.approx(short_alone + 1500.0, rel=1e-12)
