@@ -39,9 +39,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Optional
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from models.errors import InputError
+from models.strict import Strict
 
 if TYPE_CHECKING:
     from models.config import Config
@@ -54,26 +55,45 @@ ENGINES = ("generic", "vllm-gaudi", "neuron", "jetstream", "maxtext-offline")
 JETSTREAM_LENGTHS = tuple(2 ** i for i in range(4, 16))          # 16 .. 32768, token_utils.DEFAULT_PREFILL_BUCKETS
 
 
-class Engine(BaseModel):
-    """The `engine:` config key: `engine: neuron` or `engine: {name: vllm-gaudi, block_size: 128}`."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+class Engine(Strict):
+    """The `engine:` config key: `engine: neuron` or `engine: {name: vllm-gaudi, block_size: 128}`. Its numbers
+    are checked like every config number (plain integers of range, no booleans), unknown keys refused."""
 
     name: EngineName = Field("generic", description="engine profile: generic | vllm-gaudi | neuron | jetstream | "
                                                     "maxtext-offline")
-    block_size: Optional[int] = Field(None, ge=1, description="KV cache block size (vllm-gaudi --block-size, default "
-                                                              "128; neuron pa_block_size when paged attention is "
-                                                              "on): shapes.granularity must be a multiple of it")
+    block_size: Optional[int] = Field(None, ge=1, le=2 ** 40,
+                                      description="KV cache block size (vllm-gaudi --block-size, default 128; "
+                                                  "neuron pa_block_size when paged attention is on): "
+                                                  "shapes.granularity must be a multiple of it")
     add_bos: bool = Field(True, description="jetstream and maxtext-offline: a BOS token is added before the prompt "
                                             "(set false when the trace's prompt_len already counts it)")
-    max_num_batched_tokens: Optional[int] = Field(None, ge=1, description="vllm-gaudi: the server's "
+    max_num_batched_tokens: Optional[int] = Field(None, ge=1, le=2 ** 50, description="vllm-gaudi: the server's "
                                                   "--max-num-batched-tokens, only for importing the default "
                                                   "exponential bucket settings (--baseline-from)")
 
     @model_validator(mode="before")
     @classmethod
     def _plain_name(cls, data):
-        return {"name": data} if isinstance(data, str) else data
+        if isinstance(data, str):
+            return {"name": data}
+        if not isinstance(data, (dict, Engine)):
+            raise ValueError(f"engine={data!r} must be an engine name ({', '.join(ENGINES)}) or a mapping with "
+                             "its name and settings")
+        return data
+
+    @field_validator("add_bos", mode="before")
+    @classmethod
+    def _strict_bool(cls, value):
+        if not isinstance(value, bool):
+            raise ValueError(f"add_bos={value!r} must be true or false")
+        return value
+
+    @field_validator("block_size", "max_num_batched_tokens", mode="before")
+    @classmethod
+    def _whole(cls, value, info):
+        if isinstance(value, float):
+            raise ValueError(f"{info.field_name}={value!r} must be a whole number (an integer)")
+        return value
 
     @property
     def kv_block_size(self) -> Optional[int]:

@@ -150,6 +150,36 @@ def unowned_plan(folder: Path):
     return ["--method", "cpsat"]
 
 
+def user_out_file(rel: str):
+    """A file of the user's where a command would write (exit 1, never touched)."""
+    def edit(folder: Path):
+        (folder / "out" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / "out" / rel).write_text("mine\n")
+    return edit
+
+
+def user_out_file_kept(rel: str):
+    def check(folder: Path):
+        assert (folder / "out" / rel).read_text() == "mine\n"
+    return check
+
+
+def analyze_wrote(folder: Path):
+    manifest = json.loads((folder / "out" / ".shapeplan-manifest.json").read_text())
+    assert "t.hist.png" in manifest["files"] and (folder / "out" / "t.hist.png").stat().st_size > 1000
+    assert (folder / "out" / "report.json").exists()              # the solve's set beside it is kept
+
+
+GOOD_PROFILE = ("phase,seq_len,ms\n" + "".join(f"prefill,{x},{1 + x / 100}\n" for x in (64, 128, 256, 512)) +
+                "batch_overhead,0,2\n")
+
+
+def profile(text: str):
+    def edit(folder: Path):
+        (folder / "p.csv").write_text(text)
+    return edit
+
+
 # --- the table --------------------------------------------------------------------------------
 
 CASES = [
@@ -263,4 +293,48 @@ CASES = [
          needle="unknown field"),
     Case("export-bad-report", lambda f: (f / "out" / "report.json").write_text("[1]"), command="export",
          needle="report.json"),
+    # the engine: section, checked like every config number
+    Case("engine-block-size-bool", yaml_value("engine", "{name: vllm-gaudi, block_size: true}"),
+         needle="engine.block_size: block_size=True must be a number, not a boolean"),
+    Case("engine-block-size-huge", set_key("engine", {"name": "vllm-gaudi", "block_size": BIG}),
+         needle="engine.block_size: block_size=9223372036854775808 is out of range"),
+    Case("engine-block-size-nan", yaml_value("engine", "{name: vllm-gaudi, block_size: .nan}"),
+         needle="engine.block_size: block_size=nan must be a finite number"),
+    Case("engine-block-size-float", set_key("engine", {"name": "vllm-gaudi", "block_size": 64.5}),
+         needle="block_size=64.5 must be a whole number"),
+    Case("engine-block-size-absurd", set_key("engine", {"name": "vllm-gaudi", "block_size": 2 ** 62}),
+         needle="engine.block_size"),
+    Case("engine-tokens-huge", set_key("engine", {"name": "vllm-gaudi", "max_num_batched_tokens": 2 ** 64}),
+         needle="engine.max_num_batched_tokens"),
+    Case("engine-add-bos-number", set_key("engine", {"name": "jetstream", "add_bos": 1}),
+         needle="engine.add_bos: add_bos=1 must be true or false"),
+    Case("engine-unknown-key", set_key("engine", {"name": "neuron", "blok_size": 16}),
+         needle="engine.blok_size: unknown key 'blok_size'"),
+    Case("engine-not-a-mapping", set_key("engine", 7), needle="engine=7 must be an engine name"),
+    # analyze.py, sweep.py and calibrate.py write like solve.py: only their own files, into a safe folder
+    Case("analyze-user-files-kept", user_out_file("mine.txt"), code=0, command="analyze",
+         check=lambda f: (user_out_file_kept("mine.txt")(f), analyze_wrote(f))),
+    Case("analyze-unowned-file", user_out_file("t.hist.png"), command="analyze", needle="was not written by shapeplan"),
+    Case("analyze-out-root", out_dir("/"), command="analyze", needle="root of the file system"),
+    Case("analyze-out-is-file", out_dir("t.jsonl"), command="analyze", needle="is not a folder"),
+    Case("analyze-out-holds-config", out_dir("."), command="analyze", needle="output dir contains the input"),
+    Case("analyze-out-symlink-loop", both(symlink_loop("loop"), out_dir("loop")), command="analyze", needle="loop"),
+    Case("sweep-unowned-csv", user_out_file("sweep.csv"), command="sweep", needle="was not written by shapeplan"),
+    Case("sweep-out-root", out_dir("/"), command="sweep", needle="root of the file system"),
+    Case("sweep-out-is-file", out_dir("t.jsonl"), command="sweep", needle="is not a folder"),
+    Case("sweep-out-holds-trace", out_dir("."), command="sweep", needle="output dir contains the input"),
+    Case("sweep-user-files-kept", user_out_file("greedy/notes.txt"), code=0, command="sweep",
+         check=user_out_file_kept("greedy/notes.txt")),
+    Case("calibrate-unowned-yaml", user_out_file("cost_model.yaml"), command="calibrate",
+         needle="was not written by shapeplan"),
+    Case("calibrate-out-root", out_dir("/"), command="calibrate", needle="root of the file system"),
+    Case("calibrate-out-holds-profile", out_dir("."), command="calibrate", needle="output dir contains the input"),
+    Case("calibrate-out-is-file", out_dir("p.csv"), command="calibrate", needle="is not a folder"),
+    Case("calibrate-profile-dev-zero", lambda f: ["/dev/zero"], command="calibrate", needle="not a regular file"),
+    Case("calibrate-value-inf", profile(GOOD_PROFILE + "prefill,1024,inf\n"), command="calibrate",
+         needle="p.csv:7: ms='inf' must be a finite number"),
+    Case("calibrate-value-huge", profile(GOOD_PROFILE + "prefill,1e300,1\n"), command="calibrate",
+         needle="p.csv:7: seq_len='1e+300' must be a finite number between 0 and 1e+15"),
+    Case("calibrate-user-files-kept", user_out_file("mine.txt"), code=0, command="calibrate",
+         check=user_out_file_kept("mine.txt")),
 ]

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from solver.commands.cli import export_main, solve_main, verify_main
+from solver.commands.cli import analyze_main, calibrate_main, export_main, solve_main, sweep_main, verify_main
 from tests.helpers import make_config, rows_from
-from tests.hostile_cases import CASES, GENS, PROMPTS
+from tests.hostile_cases import CASES, GENS, GOOD_PROFILE, PROMPTS
 
 
 def seed_folder(base: Path) -> Path:
@@ -73,6 +73,17 @@ def check_consistent_set(folder: Path, out: Path):
 
 def argv_for(case, folder: Path, extra: list) -> tuple:
     cfg, out = str(folder / "config.yaml"), folder / "out"
+    if case.command == "analyze":
+        return analyze_main, [cfg, "--out", str(out)] + extra
+    if case.command == "sweep":
+        return sweep_main, [cfg, "--set", "shapes.max_unique=1,2", "--method", "greedy", "--jobs", "1", "--workers",
+                            "1", "--out", str(out)] + extra
+    if case.command == "calibrate":
+        if not (folder / "p.csv").exists():
+            (folder / "p.csv").write_text(GOOD_PROFILE)
+        if extra and not extra[0].startswith("--"):
+            return calibrate_main, extra + ["--out", str(out)]
+        return calibrate_main, [str(folder / "p.csv"), "--out", str(out)] + extra
     if case.command == "verify":
         return verify_main, [cfg, str(out / "greedy")]
     if case.command == "verify-missing":
