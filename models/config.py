@@ -191,6 +191,40 @@ class Solver(Strict):
                                                             "(column generation, gen caps rounded down) before the "
                                                             "search (0 = off; pays on long runs)")
     bound_caps: int = Field(96, ge=2, le=2000, description="gen caps per bucket in the pair-LP bound")
+    lns_sets: Optional[int] = Field(None, ge=1, le=10_000_000, description="shape sets the LNS evaluates at most "
+                                    "over all its stages (null = as many as its time allows; under "
+                                    "deterministic_time 40)")
+    backend: str = Field("local", description="where the LNS evaluates neighbour shape sets: local (this process) "
+                                              "or ray (one Ray task per bucket plan, on the cluster at address)")
+    address: Optional[str] = Field(None, description="Ray cluster address (host:port) for backend ray; null = a "
+                                                     "local Ray instance started for the run")
+    deterministic_time: Optional[float] = Field(None, gt=0, le=1.0e7, description="a work limit instead of wall "
+                                                "time, for runs that give the same plan on any machine and backend: "
+                                                "CP-SAT's max_deterministic_time (time_limit_s no longer bounds it), "
+                                                "the LNS for lns_sets sets before CP-SAT, no polish or pair-LP bound "
+                                                "(null = wall time)")
+
+    @field_validator("backend", mode="before")
+    @classmethod
+    def _backend(cls, value):
+        if value not in ("local", "ray"):
+            raise ValueError(f"backend={value!r} must be 'local' or 'ray'")
+        return value
+
+    @field_validator("deterministic_time", mode="before")
+    @classmethod
+    def _work_limit(cls, value):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
+            raise ValueError(f"deterministic_time={value!r} must be > 0 (seconds of CP-SAT deterministic time) "
+                             "or null")
+        return value
+
+    @field_validator("address", mode="before")
+    @classmethod
+    def _address(cls, value):
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise ValueError(f"address={value!r} must be a Ray address such as 'host:6379' (or null)")
+        return value
 
     @model_validator(mode="after")
     def _shares(self):
@@ -198,6 +232,12 @@ class Solver(Strict):
         if total >= 1:
             raise ValueError(f"polish_share + lns_share + bound_share = {total:g} must be below 1 "
                              "(the rest is CP-SAT's)")
+        return self
+
+    @model_validator(mode="after")
+    def _address_needs_ray(self):
+        if self.address is not None and self.backend != "ray":
+            raise ValueError(f"address={self.address!r} needs backend: ray (backend is {self.backend!r})")
         return self
 
 

@@ -8,8 +8,10 @@ then objective. Bucket plans depend only on the shapes a bucket's requests round
 cached per (bucket, shapes used): a move far from a bucket's prompts costs that bucket nothing.
 
 Each step samples a batch of unseen neighbours of the current set (add, drop, shift by 1-3 levels,
-merge two adjacent shapes, swap in a shape of another good set), evaluates them (sequentially or
-through `solver.parallel.map_tasks`) and moves to the best when it ranks better than the current set.
+merge two adjacent shapes, swap in a shape of another good set), evaluates them (in this process, a
+local pool, or as Ray tasks through `solver.parallel.map_tasks`: `LnsSettings.backend`) and moves to the
+best when it ranks better than the current set. With Ray the instance goes into the object store once per
+search (`RaySession`), and every bucket plan of a step is one task.
 After `patience` steps without a move the search restarts from one of the best sets found,
 perturbed by a few random moves. All randomness comes from one seeded generator, so a run is
 deterministic for a seed and a number of evaluated sets; the deadline only cuts it short.
@@ -28,7 +30,7 @@ from models.plan import BucketPlan
 from solver import stop
 from solver.batching import round_up
 from solver.heuristics import LagrangeBatcher, bucket_objective, lagrange_search, weighted_shape_dp_counts
-from solver.parallel import Shared, map_tasks
+from solver.parallel import RaySession, Shared, map_tasks
 from solver.postprocess import plan_figures
 from solver.verify import BucketMetrics, plan_objective, rank
 
@@ -47,7 +49,10 @@ class LnsSettings:
     kicks: int = field(default=3, metadata={"description": "random moves applied to a restart's set"})
     elite: int = field(default=6, metadata={"description": "best sets kept as restart points and swap sources"})
     max_sets: int | None = field(default=None, metadata={"description": "stop after this many sets evaluated"})
-    jobs: int = field(default=1, metadata={"description": "processes evaluating bucket plans (1 = this one)"})
+    jobs: int = field(default=1, metadata={"description": "local processes evaluating bucket plans (1 = this one)"})
+    backend: str = field(default="local", metadata={"description": "local (this process, or `jobs` processes) or "
+                                                                   "ray (one Ray task per bucket plan)"})
+    address: str | None = field(default=None, metadata={"description": "Ray cluster address (None: a local Ray)"})
     log_progress: bool = field(default=True, metadata={"description": "log incumbent, sets and elapsed"})
 
 
@@ -91,8 +96,9 @@ def bucket_plan(inst: Instance, name: str, shapes: tuple[int, ...]) -> tuple[Buc
 class SetEvaluator:
     """Shape sets to (rank key, plans) through per-bucket cached gen-DP plans."""
 
-    def __init__(self, inst: Instance, jobs: int = 1):
-        self.inst, self.jobs = inst, jobs
+    def __init__(self, inst: Instance, jobs: int = 1, backend: str = "local", address: str | None = None):
+        self.inst, self.jobs, self.backend = inst, jobs, backend
+        self.session = RaySession(address) if backend == "ray" else None
         self.weights = inst.cfg.objective.weight_map()
         self.limits = {b.name: dict(b.limits.items()) for b in inst.cfg.buckets}
         self.buckets: dict[tuple, tuple[BucketPlan, BucketMetrics]] = {}
@@ -115,14 +121,18 @@ class SetEvaluator:
         return [self.assemble(s) for s in sets if all((n, self.used(n, s)) in self.buckets for n in self.inst.requests)]
 
     def solve_buckets(self, todo: list[tuple], deadline: float) -> None:
-        if self.jobs <= 1 or len(todo) <= 1:
+        if len(todo) <= 1 or (self.session is None and self.jobs <= 1):
             for name, used in todo:
                 if time.monotonic() >= deadline:
                     return
                 self.buckets[(name, used)] = bucket_plan(self.inst, name, used)
             return
         items = [(Shared("inst"), name, used) for name, used in todo]
-        tasks = map_tasks(bucket_plan, items, "local", jobs=self.jobs, shared={"inst": self.inst})
+        if self.session is None:
+            tasks = map_tasks(bucket_plan, items, "local", jobs=self.jobs, shared={"inst": self.inst})
+        else:
+            tasks = map_tasks(bucket_plan, items, "ray", jobs=0, shared=self.session.share({"inst": self.inst}),
+                              verbose=False)
         try:
             for done in tasks:
                 if done.error:
@@ -132,6 +142,11 @@ class SetEvaluator:
                     return
         finally:
             tasks.close()
+
+    def close(self) -> None:
+        """Shut down the Ray instance this evaluator started (a cluster it connected to stays up)."""
+        if self.session is not None:
+            self.session.close()
 
     def assemble(self, shapes: tuple[int, ...]) -> Evaluated:
         if shapes in self.sets:
@@ -155,7 +170,7 @@ class ShapeSetSearch:
         self.levels = levels[: top + 1]            # candidates above the least covering one never help
         self.top = int(self.levels[-1])
         self.k = inst.cfg.shapes.max_unique
-        self.evaluator = SetEvaluator(inst, settings.jobs)
+        self.evaluator = SetEvaluator(inst, settings.jobs, settings.backend, settings.address)
         self.pool = sorted({int(s) for seed in seeds for s in seed if s <= self.top})
         self.seeds = [self.normal(seed) for seed in seeds]
         self.current: Evaluated | None = None
@@ -163,6 +178,9 @@ class ShapeSetSearch:
         self.steps = self.moves = self.restarts = self.stuck = self.idle = 0
         inner = len(self.levels) - 1
         self.space = sum(math.comb(inner, j) for j in range(min(self.k - 1, inner) + 1))
+        self.batch = settings.batch
+        if self.evaluator.session is not None:      # a bigger cluster: more neighbours per step, one task each
+            self.batch = max(settings.batch, self.evaluator.session.cpus() // len(inst.requests))
 
     # --- sets and moves ------------------------------------------------------------------------
 
@@ -228,9 +246,9 @@ class ShapeSetSearch:
         return self.normal(tuple(s for s in shapes if s != nearest) + (new,))
 
     def sample(self, around: tuple[int, ...], count: int, tries: int = 60) -> list[tuple[int, ...]]:
-        """Up to `count` distinct unseen neighbours of `around`."""
+        """Up to `count` distinct unseen neighbours of `around` (in at least `tries` draws, 15 per neighbour)."""
         out = []
-        for _ in range(tries):
+        for _ in range(max(tries, 15 * count)):
             if len(out) >= count:
                 break
             n = self.neighbour(around)
@@ -263,7 +281,7 @@ class ShapeSetSearch:
     def step(self, deadline: float = math.inf) -> None:
         """One sampled batch around the current set; move, or restart when stuck."""
         self.steps += 1
-        batch = self.sample(self.current.shapes, self.settings.batch)
+        batch = self.sample(self.current.shapes, self.batch)
         self.idle = 0 if batch else self.idle + 1
         found = self.evaluator.evaluate(batch, deadline) if batch else []
         self.remember(found)
@@ -288,6 +306,10 @@ class ShapeSetSearch:
         if found:
             self.current = found[0]
             self.remember(found)
+
+    def close(self) -> None:
+        """Release the evaluator's Ray instance (when it started one)."""
+        self.evaluator.close()
 
     def result(self, elapsed: float) -> LnsResult:
         return LnsResult(self.best, list(self.elite), len(self.evaluator.sets), self.steps, self.moves,

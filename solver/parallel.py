@@ -15,9 +15,13 @@ Either way a task is tried at most `1 + max_retries` times when its worker dies;
 raised by `fn` itself is deterministic and is not retried. A task that fails for good yields
 `Done(index, error="...")` instead of stopping the others. Large read-only inputs shared by every
 task go in `shared` ({name: object}); an argument `Shared(name)` stands for `shared[name]`, which
-is shipped once (`ray.put`; a pool initializer for local processes), not once per task.
+is shipped once (`ray.put`; a pool initializer for local processes), not once per task. A caller
+making many calls keeps one `RaySession`: Ray stays up between them and `session.share(shared)`
+puts each object once (an `ObjectRef` in `shared` is passed on as it is, not put again).
 
-Ctrl-C (KeyboardInterrupt) cancels every outstanding task, kills running ones and propagates.
+Ctrl-C (KeyboardInterrupt) cancels every outstanding task, kills running ones and propagates. A
+caller that stops reading early (closes the iterator: a deadline) cancels the queued Ray tasks and
+lets running ones finish, so their warm workers stay for the next call.
 
 `fn` must be importable by the workers (a module-level function of an installed package) or be
 pickled by value (`ray.cloudpickle.register_pickle_by_value(module)`). A later shape-set search
@@ -78,15 +82,16 @@ def check_backend(backend: str) -> None:
 
 def map_tasks(fn: Callable, items: Sequence[tuple], backend: str = "local", address: str | None = None, *,
               jobs: int = 0, num_cpus: int = 1, max_retries: int = 2, shared: dict | None = None,
-              on_start: Callable[[int], None] | None = None) -> Iterator[Done]:
+              on_start: Callable[[int], None] | None = None, verbose: bool = True) -> Iterator[Done]:
     """fn(*args) for every args in items, as tasks finish (see the module doc). `on_start(index)` is
-    called when a task is handed to a worker (progress counts)."""
+    called when a task is handed to a worker (progress counts); `verbose=False` logs the Ray layout at
+    debug level only (a caller mapping many small batches)."""
     check_backend(backend)
     if not items:
         return iter(())
     run = ray_tasks if backend == "ray" else local_tasks
     return run(fn, list(items), address=address, jobs=jobs, num_cpus=num_cpus, max_retries=max_retries,
-               shared=shared or {}, on_start=on_start or (lambda i: None))
+               shared=shared or {}, on_start=on_start or (lambda i: None), verbose=verbose)
 
 
 def one_line(exc: BaseException) -> str:
@@ -108,7 +113,7 @@ def _call(fn, args):
     return fn(*[_SHARED[a.name] if isinstance(a, Shared) else a for a in args])
 
 
-def local_tasks(fn, items, *, address, jobs, num_cpus, max_retries, shared, on_start) -> Iterator[Done]:
+def local_tasks(fn, items, *, address, jobs, num_cpus, max_retries, shared, on_start, verbose) -> Iterator[Done]:
     jobs = min(jobs or os.cpu_count() or 1, len(items))
     if jobs <= 1:
         yield from in_process(fn, items, shared, on_start)
@@ -210,26 +215,26 @@ def node_cpus(ray) -> list[int]:
     return [c for c in cpus if c > 0] or [1]
 
 
-def ray_tasks(fn, items, *, address, jobs, num_cpus, max_retries, shared, on_start) -> Iterator[Done]:
+def ray_tasks(fn, items, *, address, jobs, num_cpus, max_retries, shared, on_start, verbose) -> Iterator[Done]:
     ray = import_ray()
     started = ray_start(ray, address)
     try:
-        yield from ray_loop(ray, fn, items, jobs, num_cpus, max_retries, shared, on_start)
+        yield from ray_loop(ray, fn, items, jobs, num_cpus, max_retries, shared, on_start, verbose)
     finally:
         if started:
             ray.shutdown()
 
 
-def ray_loop(ray, fn, items, jobs, num_cpus, max_retries, shared, on_start) -> Iterator[Done]:
+def ray_loop(ray, fn, items, jobs, num_cpus, max_retries, shared, on_start, verbose=True) -> Iterator[Done]:
     cpus = node_cpus(ray)
     per_task = max(1, min(num_cpus, min(cpus)))
     if per_task < num_cpus:
         log.info("ray: %d CPUs per task asked, the smallest node has %d: reserving %d", num_cpus, min(cpus), per_task)
     jobs = jobs or max(1, sum(c // per_task for c in cpus))
     remote = ray.remote(_ray_call).options(num_cpus=per_task, max_retries=max_retries, retry_exceptions=False)
-    refs = {name: ray.put(obj) for name, obj in shared.items()}
-    log.info("ray: %d tasks on %d node(s) (%s CPUs), %d CPU(s) each, %d in flight",
-             len(items), len(cpus), "+".join(map(str, cpus)), per_task, jobs)
+    refs = {name: obj if isinstance(obj, ray.ObjectRef) else ray.put(obj) for name, obj in shared.items()}
+    log.log(logging.INFO if verbose else logging.DEBUG, "ray: %d tasks on %d node(s) (%s CPUs), %d CPU(s) each, "
+            "%d in flight", len(items), len(cpus), "+".join(map(str, cpus)), per_task, jobs)
     fn_ref = ray.put(fn)
     queue, running = list(range(len(items))), {}
     try:
@@ -242,9 +247,10 @@ def ray_loop(ray, fn, items, jobs, num_cpus, max_retries, shared, on_start) -> I
             ready, _ = ray.wait(list(running), num_returns=1, timeout=POLL_S)
             for ref in ready:
                 yield ray_done(ray, running.pop(ref), ref, max_retries)
-    except BaseException:
+    except BaseException as exc:
+        force = not isinstance(exc, GeneratorExit)   # a caller done early (a deadline) keeps the warm workers
         for ref in running:
-            ray.cancel(ref, force=True)
+            ray.cancel(ref, force=force)
         raise
 
 
@@ -262,3 +268,38 @@ def ray_done(ray, i: int, ref, max_retries: int) -> Done:
         return Done(i, error=f"worker died ({1 + max_retries} attempts): {one_line(exc)}", attempts=1 + max_retries)
     except ray.exceptions.RayError as exc:
         return Done(i, error=one_line(exc))
+
+
+class RaySession:
+    """One Ray connection for many `map_tasks` calls (e.g. every step of a search): connected on first
+    use (`ray_start`: the cluster at `address`, else a local instance), shared objects put into the
+    object store once by name (`share`), and shut down by `close` only when this session started it."""
+
+    def __init__(self, address: str | None = None):
+        self.address = address
+        self.ray = None
+        self.started = False
+        self.refs: dict = {}
+
+    def connect(self):
+        if self.ray is None:
+            self.ray = import_ray()
+            self.started = ray_start(self.ray, self.address)
+        return self.ray
+
+    def share(self, shared: dict) -> dict:
+        """{name: ObjectRef} for `shared` ({name: object}); an object already put under its name is not put again."""
+        ray = self.connect()
+        for name, obj in shared.items():
+            if name not in self.refs:
+                self.refs[name] = ray.put(obj)
+        return {name: self.refs[name] for name in shared}
+
+    def cpus(self) -> int:
+        """CPUs of the live nodes."""
+        return sum(node_cpus(self.connect()))
+
+    def close(self) -> None:
+        if self.ray is not None and self.started and self.ray.is_initialized():
+            self.ray.shutdown()
+        self.ray, self.started, self.refs = None, False, {}

@@ -20,6 +20,7 @@ from solver.current import current_plans
 from solver.global_bound import global_bound
 from solver.heuristics import HEURISTICS
 from solver.lns import LnsSettings, ShapeSetSearch, run_lns
+from solver.parallel import RaySession, check_backend
 from solver.polish import polish
 from solver.postprocess import classes_to_plan, place_first_use, plan_to_classes
 from solver.results import MethodResult, SolveResult, Stages
@@ -115,10 +116,9 @@ def semantics_scope(cfg: Config, space) -> list[str]:
             limits & {"p95_latency_ms", "p99_latency_ms", "max_latency_ms"}:
         out.append("latency limits count every member of a batch at its slowest member's latency (members with "
                    "shorter prompts are faster)")
-    if cm.first_use_ms and "sequential_time_ms" in limits:
-        out.append("sequential time charged the full first-use latency once per shape a bucket uses")
-    if cm.first_use_ms and limits & {"p95_latency_ms", "p99_latency_ms", "max_latency_ms"}:
-        out.append("latency limits leave out the first-use latency (the plan writer places it where it hurts least)")
+    if cm.first_use_ms and cm.prefill_length == "request" and not space.context_mode and \
+            limits & {"sequential_time_ms", "p95_latency_ms", "p99_latency_ms", "max_latency_ms"}:
+        out.append("a shape's first use is charged as if it landed on its batch's slowest member")
     return out
 
 
@@ -126,14 +126,33 @@ def run_cpsat(inst: Instance, heuristics: list[MethodResult], time_limit: float,
               stages: Stages | None = None, presearch_bound: float = -math.inf) -> MethodResult:
     """The joint search, in stages sharing one deadline: the shape-set LNS (whose best plan joins the
     heuristics as hint and candidate), CP-SAT, the pair-MIP polish of the best plan, and the LNS again
-    with whatever time the others left. The answer is the best verified candidate."""
+    with whatever time the others left. The answer is the best verified candidate. Under
+    `solver.deterministic_time` only work limits apply (see `deterministic`)."""
+    search, session = None, None
+    if inst.cfg.solver.backend == "ray" and inst.cfg.solver.lns_share != 0:
+        session = RaySession(inst.cfg.solver.address)
+        session.connect()           # before the search's clock: a local Ray takes some 10 s to start
+    try:
+        result, search = search_stages(inst, heuristics, time_limit, stages, presearch_bound)
+    finally:
+        if search is not None:
+            search.close()
+        if session is not None:
+            session.close()
+    return result
+
+
+def search_stages(inst: Instance, heuristics: list[MethodResult], time_limit: float,
+                  stages: Stages | None, presearch_bound: float):
+    """run_cpsat's stages: (the result, the LNS search or None)."""
     cfg = inst.cfg
     stages = stages if stages is not None else Stages()
     start = time.monotonic()
-    deadline = start + time_limit
-    polish_share = cfg.solver.polish_share if polish_applies(cfg) else 0.0
-    lp = run_bound_stage(inst, heuristics, time_limit * cfg.solver.bound_share, stages)
-    lns, search = run_lns_stage(inst, heuristics, start + time_limit * lns_share(cfg), stages)
+    det = deterministic(cfg)
+    deadline = math.inf if det else start + time_limit
+    polish_share = cfg.solver.polish_share if polish_applies(cfg) and not det else 0.0
+    lp = run_bound_stage(inst, heuristics, 0.0 if det else time_limit * cfg.solver.bound_share, stages)
+    lns, search = run_lns_stage(inst, heuristics, deadline if det else start + time_limit * lns_share(cfg), stages)
     searched = heuristics + lns
     best_h = min(searched, key=rank_key) if searched else None
     cpsat_end = deadline - time_limit * polish_share
@@ -141,8 +160,9 @@ def run_cpsat(inst: Instance, heuristics: list[MethodResult], time_limit: float,
         space, groups, model = build_model(inst, searched, best_h)
         cpsat_s = max(cpsat_end - time.monotonic(), 1.0)
         with stop.searching():
-            sol = model.solve(stop.time_left(cpsat_s), cfg.solver.workers, cfg.solver.seed, cfg.solver.log_progress)
-    if sol.interrupted or (sol.status == "UNKNOWN" and sol.solve_time_s < 0.95 * cpsat_s):
+            sol = model.solve(stop.time_left(cpsat_s), cfg.solver.workers, cfg.solver.seed, cfg.solver.log_progress,
+                              None if stop.requested() else cfg.solver.deterministic_time)
+    if sol.interrupted or (sol.status == "UNKNOWN" and sol.solve_time_s < 0.95 * cpsat_s and not det):
         stop.request()                  # CP-SAT stopped early on a Ctrl-C it caught itself
     interrupted = stop.requested()
     bound = max(sol.bound, presearch_bound)
@@ -159,14 +179,14 @@ def run_cpsat(inst: Instance, heuristics: list[MethodResult], time_limit: float,
     candidates = []
     if sol.objective is not None:
         with stages.timed("postprocess"):
-            plans = {n: classes_to_plan(cfg, inst.requests[n], space, groups[n], sol.v.get(n), sol.m[n],
-                                        sol.bucket_use.get(n), sol.wo.get(n)) for n in groups}
-        candidates.append(evaluate(inst, "cpsat", plans, 0.0, stages))
+            plans = {n: model_plan(cfg, inst.requests[n], space, groups[n], sol) for n in groups}
+        candidates.append(evaluate(inst, "cpsat", plans, 0.0, stages, place=False))
         candidates[-1].solver["plan_source"] = "cpsat"
     candidates += [kept_copy(h) for h in searched]
     if candidates and polish_share > 0 and not interrupted:
         candidates += run_polish(inst, min(candidates, key=rank_key), deadline - time.monotonic(), stages, info)
-    if cfg.solver.lns_share != 0 and not stop.requested() and not proven(sol, bound, candidates, inst, space, groups):
+    if cfg.solver.lns_share != 0 and not det and not stop.requested() and \
+            not proven(sol, bound, candidates, inst, space, groups):
         more, search = run_lns_stage(inst, candidates, deadline, stages, search)
         candidates += more
     lns_info(info, search)
@@ -176,7 +196,32 @@ def run_cpsat(inst: Instance, heuristics: list[MethodResult], time_limit: float,
     result.solver["objective"] = result.objective
     certify(result, sol.bound, space, groups, inst, (presearch_bound, info.get("lp_bound")))
     result.time_s = time.monotonic() - start
-    return result
+    return result, search
+
+
+DETERMINISTIC_LNS_SETS = 40     # sets the LNS evaluates under deterministic_time when lns_sets is not given
+
+
+def deterministic(cfg: Config) -> bool:
+    """`solver.deterministic_time` is set: the run depends on the inputs alone. CP-SAT stops on that work
+    limit (not on wall time: time_limit_s does not bound it), the LNS runs before CP-SAT (unless
+    lns_share is 0) for `lns_sets` sets (default DETERMINISTIC_LNS_SETS), and the stages only a wall
+    clock bounds (the polish and the pair-LP bound: HiGHS has no work limit) are skipped."""
+    return cfg.solver.deterministic_time is not None
+
+
+def lns_sets(cfg: Config) -> int | None:
+    """Shape sets the LNS evaluates at most over all its stages (None: its time decides)."""
+    return cfg.solver.lns_sets or (DETERMINISTIC_LNS_SETS if deterministic(cfg) else None)
+
+
+def model_plan(cfg: Config, req, space, groups, sol) -> BucketPlan:
+    """One bucket's plan from the CP-SAT solution, each shape's first use placed where the model put it (or,
+    where it placed none, where it hurts least)."""
+    n = req.bucket
+    plan = classes_to_plan(cfg, req, space, groups, sol.v.get(n), sol.m[n], sol.bucket_use.get(n),
+                           sol.wo.get(n), sol.lead.get(n))
+    return plan if n in sol.lead else place_first_use(cfg, req, plan)
 
 
 def kept_copy(h: MethodResult) -> MethodResult:
@@ -204,7 +249,8 @@ def run_lns_stage(inst: Instance, known: list[MethodResult], deadline: float, st
         return [], None
     if deadline - time.monotonic() < 0.5 or stop.requested():
         return [], search
-    settings = LnsSettings(seed=cfg.solver.seed, log_progress=cfg.solver.log_progress)
+    settings = LnsSettings(seed=cfg.solver.seed, log_progress=cfg.solver.log_progress, max_sets=lns_sets(cfg),
+                           backend=cfg.solver.backend, address=cfg.solver.address)
     seeds = [h.shapes for h in sorted(known, key=rank_key)]
     start = time.monotonic()
     with stages.timed("lns"):
@@ -345,6 +391,8 @@ def solve(cfg: Config, methods=("cpsat",), time_limit: float | None = None,
     """Run the chosen methods; cpsat runs every heuristic first for its warm start. `baselines`
     ({"current:<format>": shapes}, from --baseline-from) are evaluated beside them with rule batching."""
     stages = Stages()
+    if "cpsat" in methods:
+        check_backend(cfg.solver.backend)          # Ray missing: one message with the install command
     with stages.timed("load"):
         requests = requests if requests is not None else load_all(cfg)
         apply_engine(cfg, requests)

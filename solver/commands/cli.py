@@ -82,6 +82,11 @@ def solve_main(argv=None) -> int:
     p.add_argument("--baseline-from", action="append", default=[], metavar="FORMAT:FILE",
                    help="evaluate the buckets an engine runs today as method current:FORMAT (vllm-gaudi, neuron, "
                         "jetstream, maxtext-offline, json; repeatable)")
+    p.add_argument("--backend", default=None, choices=["local", "ray"],
+                   help="overrides solver.backend: where the shape-set LNS evaluates neighbours")
+    p.add_argument("--address", default=None, help="overrides solver.address (a Ray cluster; needs backend ray)")
+    p.add_argument("--deterministic-time", type=seconds, default=None, metavar="S",
+                   help="overrides solver.deterministic_time: a work limit instead of wall time (same plan anywhere)")
     args = p.parse_args(argv)
     setup_logging(args.quiet)
     stop.install()
@@ -97,7 +102,7 @@ def solve_run(args) -> int:
         if args.export:
             from solver.commands.export import parse_formats
             parse_formats(args.export)
-        cfg = load_config(args.config)
+        cfg = load_config(args.config, solver_overrides(args))
         out = check_out_dir(Path(args.out) if args.out else cfg.output.dir, protected_paths(cfg))
         methods = METHODS if args.method == "all" else (args.method,)
         baselines = load_baselines(args.baseline_from, cfg) if args.baseline_from else None
@@ -140,6 +145,13 @@ def solve_run(args) -> int:
             print(f"  {line}", file=sys.stderr)
         return 2
     return 0
+
+
+def solver_overrides(args) -> dict:
+    """solver.* keys given on the command line (validated with the config)."""
+    given = {"solver.backend": args.backend, "solver.address": args.address,
+             "solver.deterministic_time": args.deterministic_time}
+    return {key: value for key, value in given.items() if value is not None}
 
 
 def export_lead(res, lead, formats: str, out: Path, done: list) -> list[Path]:
@@ -188,6 +200,9 @@ def sweep_main(argv=None) -> int:
     p.add_argument("--address", default=None, help="Ray cluster address (default: a local Ray instance)")
     p.add_argument("--max-retries", type=count, default=2, help="tries again of a point whose worker died")
     p.add_argument("--resume", action="store_true", help="skip the points already in OUT/sweep.csv")
+    p.add_argument("--deterministic-time", type=seconds, default=None, metavar="S",
+                   help="every point under solver.deterministic_time S: a work limit instead of wall time, so "
+                        "rows are the same on any backend and load")
     p.add_argument("--out", default=None, help="folder for sweep.csv and PNGs (default output.dir/sweep)")
     args = p.parse_args(argv)
     if args.address and args.backend != "ray":
@@ -199,7 +214,7 @@ def sweep_main(argv=None) -> int:
         out = Path(args.out) if args.out else cfg.output.dir / "sweep"
         frame = run_sweep(args.config, grid, args.method, args.time_limit, args.jobs, backend=args.backend,
                           address=args.address, out=out, resume=args.resume, max_retries=args.max_retries,
-                          workers=args.workers or None)
+                          workers=args.workers or None, deterministic_time=args.deterministic_time)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -110,9 +110,13 @@ def failed_row(point: dict, method: str, error: str) -> dict:
 
 # --- the grid's configs and traces -------------------------------------------------------------------
 
-def point_configs(config: str, points: list[dict], workers: int) -> list:
-    """Every point's config, each valid before anything runs (one clear error, nothing written)."""
-    fixed = {"solver.workers": workers, "solver.log_progress": False}
+def point_configs(config: str, points: list[dict], workers: int, deterministic_time: float | None = None) -> list:
+    """Every point's config, each valid before anything runs (one clear error, nothing written). The points
+    are the parallel tasks: each point's own LNS runs in its worker (solver.backend local)."""
+    fixed = {"solver.workers": workers, "solver.log_progress": False, "solver.backend": "local",
+             "solver.address": None}
+    if deterministic_time is not None:
+        fixed["solver.deterministic_time"] = deterministic_time
     cfgs = []
     for point in points:
         try:
@@ -258,18 +262,19 @@ class Progress:
 def run_sweep(config: str, grid: dict[str, list], method: str = "cpsat", time_limit: float | None = None,
               jobs: int = 0, backend: str = "local", address: str | None = None, out: Path | None = None,
               resume: bool = False, max_retries: int = 2, workers: int | None = None,
-              point_fn=solve_point) -> pd.DataFrame:
+              point_fn=solve_point, deterministic_time: float | None = None) -> pd.DataFrame:
     """One row per grid point, in grid order. Points run on `backend` ("local": a process pool of
     `jobs`; "ray": Ray tasks on the cluster at `address`, or a local Ray), with `workers` CP-SAT
     workers each (default `default_workers`; Ray reserves that many CPUs, at most a node's). With
     `out`, `out/sweep.csv` is rewritten after every finished point; `resume` skips its finished rows.
-    Ctrl-C cancels the outstanding points and raises `Interrupted` (the finished rows are kept)."""
+    Ctrl-C cancels the outstanding points and raises `Interrupted` (the finished rows are kept).
+    `deterministic_time` sets solver.deterministic_time on every point: rows then do not depend on load."""
     check_backend(backend)
     if resume and out is None:
         raise InputError("resume needs the output folder holding sweep.csv")
     points = grid_points(grid)
     workers = workers or default_workers(jobs, len(points))
-    cfgs = point_configs(config, points, workers)
+    cfgs = point_configs(config, points, workers, deterministic_time)
     buckets = list(dict.fromkeys(b.name for cfg in cfgs for b in cfg.buckets))
     with sweep_folder(out, cfgs) as folder:
         table = SweepTable(list(grid), buckets, points, folder)
