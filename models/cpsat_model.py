@@ -172,6 +172,8 @@ class ShapeModel:
         # limits can be met, and the bound stays valid for the hard-limit problem
         self.rows: dict[tuple[str, str], tuple[list, float, bool]] = {}
         self.slack: dict[tuple[str, str], cp_model.IntVar] = {}
+        self.slack_rows: dict[tuple[str, str], tuple] = {}      # key: (scaled terms, rhs, unit), for the hint
+        self.hinted: dict[int, int] = {}                         # variable index: hinted value
         self._make_variables()
         self._add_shape_count()
         for name in groups:
@@ -228,7 +230,7 @@ class ShapeModel:
         self.u, self.v, self.f, self.m, self.k = {}, {}, {}, {}, {}
         self.gf, self.n, self.w = {}, {}, {}
         self.ub, self.has = {}, {}
-        self.e = {}
+        self.e, self.lead_info = {}, {}
         for name, g in self.groups.items():
             d, L = self.data[name], len(g.caps)
             if self.needs_bucket_shapes:
@@ -283,40 +285,47 @@ class ShapeModel:
                     self.w[(name, o, c, j)] = self._int(own[o, j] if fits else 0, f"w{(name, o, c, j)}")
 
     def _make_lead_variables(self, name: str):
-        """e[...]: first-use leads. Context mode e[b, o, c, j]: shapes of bucket b whose first use lands on a
-        member of own level o in a batch of class (c, j); shape mode e[b, i, j]: shape i's first use lands in a
-        batch of class (i, j). A lead whose latency plus the warm-up passes max_latency_ms is not created."""
+        """e[...]: first-use leads, each with what it does (self.lead_info: raise of its batch's slowest latency,
+        its member's latency without the warm-up, the own levels it may take). Shape mode e[b, i, j]: shape i's
+        first use lands in a batch of class (i, j): every member at the class latency, so it raises that batch
+        by the whole warm-up (exact unless prefill is per request, then above). Context mode e[b, c, j, g]:
+        leads on members of class (c, j) whose own level is in band g, a run of own levels on which the raise
+        (the warm-up less the head room to the batch's slowest member, lat[c, c, j]) and the crossing of every
+        latency limit are the same, so the band is exact. A lead the warm-up pushes over max_latency_ms is none."""
         limit = self.limits[name].get("max_latency_ms")
         fu, S = self.cfg.cost_model.first_use_ms, len(self.shapes)
-        if self.origin[name]:
-            lat = self.member_latency(name)
-            for (b, o, c, j), w in self.w.items():
-                if b == name and not isinstance(w, int) and (limit is None or lat[o, c, j] + fu <= limit):
-                    self.e[(b, o, c, j)] = self.model.new_int_var(0, S, f"e{(b, o, c, j)}")
-            return
-        lat = self.data[name].latency
-        for (b, i, j), k in self.k.items():
-            if b == name and not isinstance(k, int) and (limit is None or lat[i, j] + fu <= limit):
-                self.e[(b, i, j)] = self.model.new_bool_var(f"e{(b, i, j)}")
-
-    def lead_raise(self, name: str) -> dict:
-        """Per lead variable, how much it raises its batch's slowest latency: the warm-up less the head room
-        between the lead's own latency and the batch's slowest member (context mode), the whole warm-up in
-        shape mode (every member at the class latency: exact unless prefill is per request, then above)."""
-        fu = self.cfg.cost_model.first_use_ms
-        if not self.origin[name]:
-            return {key: fu for key in self.e if key[0] == name}
-        lat, top = self.member_latency(name), self.data[name].latency
-        return {key: max(0.0, lat[key[1], key[2], key[3]] + fu - top[key[2], key[3]])
-                for key in self.e if key[0] == name}
-
-    def lead_latency(self, name: str) -> dict:
-        """Per lead variable, the latency of its member without the warm-up."""
         if not self.origin[name]:
             lat = self.data[name].latency
-            return {key: lat[key[1], key[2]] for key in self.e if key[0] == name}
-        lat = self.member_latency(name)
-        return {key: lat[key[1], key[2], key[3]] for key in self.e if key[0] == name}
+            for (b, i, j), k in self.k.items():
+                if b == name and not isinstance(k, int) and (limit is None or lat[i, j] + fu <= limit):
+                    self.e[(b, i, j)] = self.model.new_bool_var(f"e{(b, i, j)}")
+                    self.lead_info[(b, i, j)] = (fu, float(lat[i, j]), None)
+            return
+        lat, top = self.member_latency(name), self.data[name].latency
+        bands: dict[tuple, list[int]] = {}
+        for (b, o, c, j), w in self.w.items():
+            if b != name or isinstance(w, int) or (limit is not None and lat[o, c, j] + fu > limit):
+                continue
+            rise = max(0.0, lat[o, c, j] + fu - top[c, j])
+            crossed = tuple(lat[o, c, j] <= x < lat[o, c, j] + fu for x in self.percentile_limits(name))
+            bands.setdefault((c, j, rise if rise > 0 else 0.0, crossed), []).append(o)
+        count: dict[tuple, int] = {}
+        for (c, j, rise, _), levels in bands.items():
+            g = count[(c, j)] = count.get((c, j), -1) + 1
+            key = (name, c, j, g)
+            self.e[key] = self.model.new_int_var(0, S, f"e{key}")
+            self.lead_info[key] = (rise, float(lat[levels[0], c, j]), levels)
+
+    def percentile_limits(self, name: str) -> list[float]:
+        return [self.limits[name][k] for k in ("p95_latency_ms", "p99_latency_ms") if k in self.limits[name]]
+
+    def lead_raise(self, name: str) -> dict:
+        """Per lead variable of bucket `name`, how much it raises its batch's slowest latency."""
+        return {key: info[0] for key, info in self.lead_info.items() if key[0] == name}
+
+    def lead_latency(self, name: str) -> dict:
+        """Per lead variable of bucket `name`, the latency of its member without the warm-up."""
+        return {key: info[1] for key, info in self.lead_info.items() if key[0] == name}
 
     def cells(self, name: str):
         return [(name, i, j) for i in range(len(self.levels)) for j in range(len(self.groups[name].caps))]
@@ -396,8 +405,8 @@ class ShapeModel:
                 self.model.add(sum(per_shape[i]) == self.ub[(name, i)])
             return
         at_level, per_class = [[] for _ in range(P)], {}
-        for (b, o, c, j), x in mine.items():
-            self.model.add(x <= self.w[(b, o, c, j)])
+        for (b, c, j, g), x in mine.items():
+            self.model.add(x <= sum(self.w[(b, o, c, j)] for o in self.lead_info[(b, c, j, g)][2]))
             at_level[c].append(x)
             per_class.setdefault((b, c, j), []).append(x)
         for key, xs in per_class.items():
@@ -508,6 +517,7 @@ class ShapeModel:
             top = max(1, math.ceil(excess / unit))
             slack = self.model.new_int_var(0, top, f"slack[{key[0]},{key[1]}]")
             self.slack[key] = slack
+            self.slack_rows[key] = (scaled, srhs, unit)
             self.model.add(sum(a * x for a, x, _ in scaled) <= srhs + unit * slack)
             out.append(max(1, math.floor(min(rate * unit, budget / top))) * slack)
         return out
@@ -520,17 +530,18 @@ class ShapeModel:
     def add_hint(self, counts: dict):
         """Hint from a plan given per bucket as ClassCounts (see solver.postprocess.plan_to_classes)."""
         self.model.clear_hints()
+        self.hinted = {}
         use = np.any([c.use for c in counts.values()], axis=0)
         for i, var in enumerate(self.use):
-            self.model.add_hint(var, bool(use[i]))
+            self._hint(var, bool(use[i]))
         for name, g in self.groups.items():
             c = counts[name]
             for i in range(len(self.shapes)):
                 if (name, i) in self.ub:
-                    self.model.add_hint(self.ub[(name, i)], bool(c.use[i]))
+                    self._hint(self.ub[(name, i)], bool(c.use[i]))
             for i in range(len(self.levels)):
                 if (name, i) in self.has:
-                    self.model.add_hint(self.has[(name, i)], bool(c.v[i].sum() > 0))
+                    self._hint(self.has[(name, i)], bool(c.v[i].sum() > 0))
             if self.leads[name]:
                 self._hint_leads(name, c.lead_origin if self.origin[name] else c.lead)
             if self.origin[name]:
@@ -542,7 +553,19 @@ class ShapeModel:
                 for store, values in ((self.u, u), (self.v, c.v), (self.f, f), (self.m, c.m), (self.k, c.k)):
                     var = store[(name, i, j)]
                     if not isinstance(var, int):
-                        self.model.add_hint(var, int(values[i, j]))
+                        self._hint(var, int(values[i, j]))
+        self._hint_slacks()
+
+    def _hint(self, var, value: int):
+        self.model.add_hint(var, value)
+        self.hinted[var.index] = int(value)
+
+    def _hint_slacks(self):
+        """Each limit's slack at what the hinted plan needs (0 when it meets the row), so the hint is complete."""
+        for key, (scaled, srhs, unit) in self.slack_rows.items():
+            lhs = sum(a * self.hinted.get(x.index, 0) for a, x, _ in scaled)
+            top = self.slack[key].proto.domain[-1]
+            self.model.add_hint(self.slack[key], min(max(0, -(-(lhs - srhs) // unit)), top))
 
     def _hint_origin(self, name: str, c):
         g = self.groups[name]
@@ -550,34 +573,50 @@ class ShapeModel:
         gf = np.cumsum(g.counts - n, axis=1)
         for (b, o, j), var in self.n.items():
             if b == name and not isinstance(var, int):
-                self.model.add_hint(var, int(n[o, j]))
+                self._hint(var, int(n[o, j]))
         for (b, o, j), var in self.gf.items():
             if b == name and not isinstance(var, int):
-                self.model.add_hint(var, int(gf[o, j]))
+                self._hint(var, int(gf[o, j]))
         for (b, o, cc, j), var in self.w.items():
             if b == name and not isinstance(var, int):
-                self.model.add_hint(var, int(c.wo[o, cc, j]))
+                self._hint(var, int(c.wo[o, cc, j]))
         for (_, i, j) in self.cells(name):
             for store, values in ((self.m, c.m), (self.k, c.k)):
                 var = store[(name, i, j)]
                 if not isinstance(var, int):
-                    self.model.add_hint(var, int(values[i, j]))
+                    self._hint(var, int(values[i, j]))
 
     def lead_counts(self, solver, name: str) -> np.ndarray:
-        """The solution's e[...] of one bucket as an array ([o, c, j] or [i, j])."""
+        """The solution's leads of one bucket as an array: [i, j] (shape mode) or [o, c, j], each band's leads
+        handed to own levels of the band that have members, in band order)."""
         P, L = len(self.levels), len(self.groups[name].caps)
-        out = np.zeros((P, P, L) if self.origin[name] else (P, L), dtype=np.int64)
-        for key, x in self.e.items():
-            if key[0] == name:
-                out[key[1:]] = solver.value(x)
+        if not self.origin[name]:
+            out = np.zeros((P, L), dtype=np.int64)
+            for key, x in self.e.items():
+                if key[0] == name:
+                    out[key[1:]] = solver.value(x)
+            return out
+        out = np.zeros((P, P, L), dtype=np.int64)
+        for (b, c, j, g), x in self.e.items():
+            left = solver.value(x) if b == name else 0
+            for o in self.lead_info[(b, c, j, g)][2] if left else ():
+                take = min(left, solver.value(self.w[(b, o, c, j)]))
+                out[o, c, j] += take
+                left -= take
         return out
 
     def _hint_leads(self, name: str, lead: np.ndarray | None):
         if lead is None:
             return
         for key, x in self.e.items():
-            if key[0] == name:
-                self.model.add_hint(x, int(lead[key[1:]]))
+            if key[0] != name:
+                continue
+            if self.origin[name]:
+                _, c, j, _ = key
+                value = sum(int(lead[o, c, j]) for o in self.lead_info[key][2])
+            else:
+                value = int(lead[key[1:]])
+            self._hint(x, value)
 
     def solve(self, time_limit_s: float, workers: int, seed: int, progress: bool = True,
               deterministic_time: float | None = None) -> ModelSolution:
