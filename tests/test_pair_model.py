@@ -106,3 +106,27 @@ def test_a_plans_own_pairs_hold_that_plan(tmp_path):
         q(cfg.cost_model.compile_cost, s) for s in (128, 256, 320))
     assert model.value(res) <= own * (1 + 1e-9)
     assert len(written(b)) <= 8
+
+
+@pytest.mark.parametrize("limits", [{"sequential_time_ms": 250}, {"p95_latency_ms": 120}, {"pad_ratio": 0.5}])
+def test_column_generation_prices_binding_limits(tmp_path, limits):
+    """With a limit binding in the LP (the LP optimum over every pair is above the unconstrained one),
+    pricing in from each group's own class alone still ends at the LP optimum over every pair: the
+    reduced costs account for the limit's dual."""
+    cfg = tiny(tmp_path, *WIDE, limits, k=3, batch=3)
+    reqs = requests_of(cfg)
+    shapes = Instance(cfg, reqs).all_shapes
+    values = {}
+    for name, c in (("limited", cfg), ("free", tiny(tmp_path, *WIDE, {}, k=3, batch=3))):
+        _, full = model_for(c, reqs, shapes)
+        write_all_pairs(full)
+        res, _, _ = full.solve(30)
+        assert res.status == 0
+        values[name] = full.value(res)
+    assert values["limited"] > values["free"] * (1 + 1e-6)
+    _, cg = model_for(cfg, reqs, shapes)
+    for b in cg.buckets.values():
+        b.add_neighbours(span_i=0, span_j=0)
+    priced = cg.price_in(30)
+    assert priced.converged
+    assert priced.lp_value == pytest.approx(values["limited"], rel=1e-7)
