@@ -14,7 +14,11 @@ plan. Classes are charged at their gen cap, so a plan costs at most what the mod
 are soft (priced far above any plan), so the model always has a solution.
 
 Variables per bucket: x[g, c] (pairs written), y[c] in {0, 1}, k[c] >= 0, one slack per limit;
-global: z[i] in {0, 1} per shape. HiGHS (through scipy) solves the LPs and the MIP.
+global: z[i] in {0, 1} per shape. In spec 4b context mode (decode from the batch's longest aligned prompt,
+prefill and prompt padding per request) a class level is that decode context, groups are by own aligned
+prompt, and a class's batches take the smallest chosen shape covering its level (y[c] <= sum of those z); latency
+limits count a class's members at its slowest member's latency and the first-use latency is left out
+(the plan is judged exactly afterwards). HiGHS (through scipy) solves the LPs and the MIP.
 """
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ from scipy.optimize import linprog
 from models.config import Config
 from models.cost import Costs
 from models.cpsat_model import class_data
-from models.instance import BucketGroups, batch_classes, group_bucket, limit_rhs
+from models.instance import BucketGroups, Space, batch_classes, group_bucket, limit_rhs
 from models.plan import BucketPlan
 from models.requests import Requests
 
@@ -51,12 +55,17 @@ class PricingResult:
 class BucketPairs:
     """One bucket's classes (shape level, gen cap level), fine groups, and the pairs written so far."""
 
-    def __init__(self, cfg: Config, costs: Costs, shapes: np.ndarray, req: Requests, limits: dict,
+    def __init__(self, cfg: Config, costs: Costs, shapes: Space | np.ndarray, req: Requests, limits: dict,
                  weights: dict[str, float], cls: BucketGroups, group_caps: int):
-        self.req, self.shapes, self.caps = req, np.asarray(shapes), cls.caps
-        grp = group_bucket(req, self.shapes, group_caps, keep_caps=cls.caps, keep_all=True)
-        d = class_data(cfg, costs, self.shapes, cls, limits, req)
+        self.space = shapes if isinstance(shapes, Space) else \
+            Space(np.asarray(shapes), np.asarray(shapes), np.arange(len(shapes)), False, cfg.shapes.granularity)
+        self.req, self.shapes, self.caps = req, np.asarray(self.space.shapes), cls.caps
+        self.levels = np.asarray(self.space.levels)
+        grp = group_bucket(req, self.levels, group_caps, keep_caps=cls.caps, keep_all=True,
+                           level=self.space.level_of(req))
+        d = class_data(cfg, costs, self.space, cls, limits, req)
         self.ci, self.cj = np.nonzero(d.capacity > 0)
+        self.link = np.asarray(self.space.cover)[self.ci]                # per class, the shape its batches take
         self.gi, gj = np.nonzero(grp.counts)
         self.group_caps = grp.caps
         self.n = grp.counts[self.gi, gj].astype(np.float64)           # requests per group
@@ -94,14 +103,14 @@ class BucketPairs:
 
     def request_groups(self) -> np.ndarray:
         """The fine group of every request."""
-        gi = np.searchsorted(self.shapes, self.req.fit)
+        gi = self.space.level_of(self.req)
         gen = self.group_caps[np.searchsorted(self.group_caps, self.req.gen)]
         return np.array([self.group_of[(a, b)] for a, b in zip(gi.tolist(), gen.tolist())], dtype=np.int64)
 
     def add_plan(self, plan: BucketPlan) -> None:
         """Write the pairs a plan uses, so the model holds that plan: each batch at the smallest
         candidate holding its members, its cap level the one of its longest gen."""
-        bi, bj = batch_classes(self.req, plan, self.shapes, self.caps)
+        bi, bj = batch_classes(self.req, plan, self.shapes, self.caps, self.space)
         groups = self.request_groups()
         pairs = set(zip(groups.tolist(), bi[plan.batch_of].tolist(), bj[plan.batch_of].tolist()))
         new = [(g, self.class_index[(i, j)]) for g, i, j in pairs if (i, j) in self.class_index]
@@ -115,11 +124,22 @@ class BucketPairs:
         ti = (self.gi[:, None] + di.ravel()[None, :]).ravel()
         tj = (self.gj[:, None] + dj.ravel()[None, :]).ravel()
         gs = np.repeat(np.arange(len(self.n)), di.size)
-        lookup = np.full((len(self.shapes) + span_i + 1, len(self.caps) + span_j + 1), -1, dtype=np.int64)
+        lookup = np.full((len(self.levels) + span_i + 1, len(self.caps) + span_j + 1), -1, dtype=np.int64)
         lookup[self.ci, self.cj] = np.arange(self.num_classes)
         cs = lookup[ti, tj]
         top = lookup[self.ci.max(), self.cj[self.ci == self.ci.max()].max()]
         self.add_pairs(np.r_[gs[cs >= 0], np.arange(len(self.n))], np.r_[cs[cs >= 0], np.full(len(self.n), top)])
+
+    def shape_link(self, yo: int) -> tuple[list, list, list]:
+        """(rows, columns, values) of y[c] <= z[shape of c] (shape mode) or y[c] <= sum of z[t] over the shapes t
+        covering c's level (context mode: a batch may take any chosen shape at or above its cover)."""
+        C, P = self.num_classes, len(self.shapes)
+        if not self.space.context_mode:
+            cls = np.arange(C)
+            return [cls, cls], [yo + cls, self.link], [np.ones(C), -np.ones(C)]
+        covering = np.arange(P)[None, :] >= self.link[:, None]
+        rows, shapes = np.nonzero(covering)
+        return [np.arange(C), rows], [yo + np.arange(C), shapes], [np.ones(C), -np.ones(len(rows))]
 
     def add_pairs(self, new_g: np.ndarray, new_c: np.ndarray) -> None:
         keys = np.unique(np.concatenate([self.pg * self.num_classes + self.pc, new_g * self.num_classes + new_c]))
@@ -152,13 +172,13 @@ class BucketPairs:
 class PairModel:
     """Assembles the model over the pairs written so far and solves it (LP or MIP) with HiGHS."""
 
-    def __init__(self, cfg: Config, costs: Costs, shapes, requests: dict[str, Requests],
+    def __init__(self, cfg: Config, costs: Costs, shapes: Space | np.ndarray, requests: dict[str, Requests],
                  weights: dict[str, float], classes: dict[str, BucketGroups], reference: float,
                  group_caps: int = 2000):
-        self.shapes = np.asarray(shapes, dtype=np.int64)
+        self.shapes = np.asarray(shapes.shapes if isinstance(shapes, Space) else shapes, dtype=np.int64)
         self.max_unique = cfg.shapes.max_unique
         limits = {b.name: dict(b.limits.items()) for b in cfg.buckets}
-        self.buckets = {n: BucketPairs(cfg, costs, self.shapes, r, limits[n], weights, classes[n], group_caps)
+        self.buckets = {n: BucketPairs(cfg, costs, shapes, r, limits[n], weights, classes[n], group_caps)
                         for n, r in requests.items()}
         self.compile = weights.get("cost", 0.0) * costs.compile(self.shapes.astype(np.float64))
         self.reference = max(abs(reference), 1.0)      # objective scale: HiGHS works on objective / reference
@@ -184,7 +204,7 @@ class PairModel:
             ub.add([r, r], [xo + r, yo + b.pc], [np.ones(X), -b.n[b.pg]], np.zeros(X))        # x <= n_g y
             ub.add([b.pc, cls], [xo + r, ko + cls], [np.ones(X), -b.cap], np.zeros(C))        # capacity
             ub.add([cls, cls], [yo + cls, ko + cls], [np.ones(C), -np.ones(C)], np.zeros(C))  # y <= k
-            ub.add([cls, cls], [yo + cls, b.ci], [np.ones(C), -np.ones(C)], np.zeros(C))      # y <= z
+            ub.add(*b.shape_link(yo), np.zeros(C))          # y <= z (context mode: y <= sum of z covering)
             for t, key in enumerate(keys):
                 family, coef = b.rows[key]
                 zeros_x, zeros_c = np.zeros(X, dtype=np.int64), np.zeros(C, dtype=np.int64)

@@ -150,7 +150,7 @@ def search_stages(inst: Instance, heuristics: list[MethodResult], time_limit: fl
     start = time.monotonic()
     det = deterministic(cfg)
     deadline = math.inf if det else start + time_limit
-    polish_share = cfg.solver.polish_share if polish_applies(cfg) and not det else 0.0
+    polish_share = 0.0 if det else cfg.solver.polish_share
     lp = run_bound_stage(inst, heuristics, 0.0 if det else time_limit * cfg.solver.bound_share, stages)
     lns, search = run_lns_stage(inst, heuristics, deadline if det else start + time_limit * lns_share(cfg), stages)
     searched = heuristics + lns
@@ -278,18 +278,13 @@ GAP_TOLERANCE = 1e-4     # a gap this small is reported as OPTIMAL (when the bou
 
 
 def lns_share(cfg: Config) -> float:
-    """The LNS's share before CP-SAT: as configured, or (auto) 0.25 where the polish does not apply and 0 where
-    it does (measured: on the default config the polish of dp's 5-shape set reaches 1.058e12, of the LNS's
-    4-shape set 1.074e12; the LNS then runs on the time the polish leaves)."""
+    """The LNS's share before CP-SAT: as configured, or (auto) 0.25 in spec 4b context mode and 0 elsewhere
+    (measured: on the default config the polish of dp's 5-shape set reaches 1.058e12, of the LNS's 4-shape
+    set 1.074e12, so there the LNS runs on the time the polish leaves; on static_graph the LNS's set hints
+    CP-SAT and the polish of it reaches 2.229e11)."""
     if cfg.solver.lns_share is not None:
         return cfg.solver.lns_share
-    return 0.0 if polish_applies(cfg) else 0.25
-
-
-def polish_applies(cfg: Config) -> bool:
-    """The pair-MIP polish prices batches by their shape: it has nothing to add where a batch's numbers
-    follow its longest aligned prompt (spec 4b context mode), so its time goes to CP-SAT there."""
-    return not Costs(cfg.cost_model).context_mode
+    return 0.25 if Costs(cfg.cost_model).context_mode else 0.0
 
 
 def run_bound_stage(inst: Instance, heuristics: list[MethodResult], time_s: float, stages: Stages):

@@ -3,7 +3,8 @@
 The pair form's LP is nearly integral once the shapes are fixed (models/pair_model.py); HiGHS
 solves its MIP over the pairs the column generation wrote, starting from the best plan's own
 pairs. The resulting plan is judged by the exact cost model like every other candidate: it is
-kept only when it ranks better.
+kept only when it ranks better. In spec 4b context mode the classes are decode contexts (see
+models/pair_model.py) and each shape's first use is then placed by the plan writer.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import time
 import numpy as np
 
 from models.config import Config
-from models.instance import Instance, batch_caps, group_bucket
+from models.instance import Instance, batch_caps, group_bucket, model_space
 from models.pair_model import BucketPairs, PairModel
 from models.plan import BucketPlan
 from solver.batching import chunk_run
@@ -28,11 +29,13 @@ def polish(inst: Instance, shapes: list[int], plans: dict[str, BucketPlan], refe
     """A plan set on `shapes` from the pair MIP, or None when it found none in time."""
     start = time.monotonic()
     cfg, S = inst.cfg, np.asarray(sorted(shapes), dtype=np.int64)
+    space = model_space(cfg, S, inst.requests, cfg.solver.max_candidates)
     classes = {}
     for name, req in inst.requests.items():
         keep = batch_caps(req, plans[name])
-        classes[name] = group_bucket(req, S, CLASS_CAPS + len(keep), keep, keep_all=True)
-    model = PairModel(cfg, inst.costs, S, inst.requests, cfg.objective.weight_map(), classes, reference)
+        classes[name] = group_bucket(req, space.levels, CLASS_CAPS + len(keep), keep, keep_all=True,
+                                     level=space.level_of(req))
+    model = PairModel(cfg, inst.costs, space, inst.requests, cfg.objective.weight_map(), classes, reference)
     for name, b in model.buckets.items():
         b.add_plan(plans[name])
         b.add_neighbours()
@@ -47,13 +50,16 @@ def polish(inst: Instance, shapes: list[int], plans: dict[str, BucketPlan], refe
         log.info("polish: no MIP solution (%s)", res.message)
         return None
     log.info("polish: MIP objective %.6g in %.1fs", model.value(res), time.monotonic() - start)
-    return {name: pairs_to_plan(cfg, b, res.x[layout[name][0]:layout[name][0] + len(b.pg)])
+    chosen = res.x[:len(S)] > 0.5
+    return {name: pairs_to_plan(cfg, b, res.x[layout[name][0]:layout[name][0] + len(b.pg)], chosen)
             for name, b in model.buckets.items()}
 
 
-def pairs_to_plan(cfg: Config, b: BucketPairs, x: np.ndarray) -> BucketPlan:
-    """Concrete batches from integral pair counts: each class chunked from its longest gen down."""
+def pairs_to_plan(cfg: Config, b: BucketPairs, x: np.ndarray, chosen: np.ndarray | None = None) -> BucketPlan:
+    """Concrete batches from integral pair counts: each class chunked from its longest gen down, its batches at
+    the smallest chosen shape (default: every shape) at or above the one its level needs."""
     req = b.req
+    chosen = np.ones(len(b.shapes), dtype=bool) if chosen is None else np.asarray(chosen, dtype=bool)
     group = b.request_groups()
     counts = np.rint(x).astype(np.int64)
     order = np.argsort(group, kind="stable")
@@ -72,7 +78,7 @@ def pairs_to_plan(cfg: Config, b: BucketPairs, x: np.ndarray) -> BucketPlan:
     cuts = np.flatnonzero(np.r_[True, class_of[key][1:] != class_of[key][:-1], True])
     sizes, seq = [], []
     for lo, hi in zip(cuts[:-1], cuts[1:]):
-        s = int(b.shapes[b.ci[class_of[key[lo]]]])
+        s = int(b.shapes[np.flatnonzero(chosen)[np.searchsorted(np.flatnonzero(chosen), b.link[class_of[key[lo]]])]])
         chunk = chunk_run(cfg, s, req.gen[key[lo:hi]])
         sizes += chunk
         seq += [s] * len(chunk)

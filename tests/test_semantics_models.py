@@ -192,3 +192,57 @@ def test_latency_limits_count_each_member_at_its_own_latency(tmp_path, key):
     metrics = plan_metrics(cfg, reqs, assign)
     assert math.isfinite(best) and not broken_limits(cfg, metrics)
     assert objective_of(cfg, metrics) == pytest.approx(best, rel=1e-9)
+
+
+def pair_alone_in_context_mode(cfg, reqs):
+    """The pair MIP over every candidate shape and every pair, classes by decode context; plan per bucket with
+    the first use placed by the writer."""
+    from models.pair_model import PairModel
+    from solver.polish import pairs_to_plan
+    from solver.postprocess import place_first_use
+    inst = Instance(cfg, reqs)
+    space = model_space(cfg, np.asarray(inst.all_shapes), reqs, 64)
+    assert space.context_mode
+    classes = {n: group_bucket(r, space.levels, 48, level=space.level_of(r)) for n, r in reqs.items()}
+    model = PairModel(cfg, inst.costs, space, reqs, cfg.objective.weight_map(), classes, 1e9)
+    for b in model.buckets.values():
+        g, c = np.meshgrid(np.arange(len(b.n)), np.arange(b.num_classes), indexing="ij")
+        ok = (b.ci[c] >= b.gi[g]) & (b.cj[c] >= b.gj[g])
+        b.add_pairs(g[ok], c[ok])
+    res, _, layout = model.solve(20, integral=True)
+    chosen = res.x[:len(space.shapes)] > 0.5
+    plans = {n: place_first_use(cfg, reqs[n], pairs_to_plan(cfg, b, res.x[layout[n][0]:layout[n][0] + len(b.pg)],
+                                                            chosen)) for n, b in model.buckets.items()}
+    return {n: BucketAssignment(list(p.batch_of), list(p.seq_align), list(p.order), list(p.batch_ids))
+            for n, p in plans.items()}
+
+
+@pytest.mark.parametrize("limits,minimize", [({}, "cost"), ({"pad_ratio": 0.2}, "cost"), ({}, "pad_tokens")])
+def test_pair_model_alone_in_context_mode(tmp_path, limits, minimize):
+    """Classes by decode context (longest aligned prompt), groups by own aligned prompt: the pair MIP alone reaches
+    the exhaustive optimum where no latency limit is set (the warm-up then changes no limit or objective)."""
+    cfg, reqs = config(tmp_path, {"a": (PROMPTS, GENS)}, {"a": limits}, k=2, batch=3, cost_model=TASK,
+                       objective={"minimize": minimize})
+    best, _ = brute_force_4b(cfg, reqs)
+    metrics = plan_metrics(cfg, reqs, pair_alone_in_context_mode(cfg, reqs))
+    assert not broken_limits(cfg, metrics)
+    assert objective_of(cfg, metrics) == pytest.approx(best, rel=1e-9)
+
+
+def test_polish_in_context_mode_reaches_the_optimum(tmp_path):
+    """The polish (pair MIP on a plan's shapes) under the task's semantics: started from dp's plan with every
+    allowed shape offered, it reaches the exhaustive optimum (a pad limit binding, no latency limit)."""
+    from solver.heuristics import HEURISTICS
+    from solver.polish import polish
+    from solver.postprocess import place_first_use
+    free_best, free = unconstrained(tmp_path)
+    cfg, reqs = config(tmp_path / "lim", {"a": (PROMPTS, GENS)}, {"a": {"pad_ratio": free["pad_ratio"] * 0.97}},
+                       k=2, batch=3, cost_model=TASK)
+    best, _ = brute_force_4b(cfg, reqs)
+    inst = Instance(cfg, reqs)
+    plans = polish(inst, list(inst.all_shapes), HEURISTICS["dp"](inst), 1e9, 20.0)
+    plans = {n: place_first_use(cfg, reqs[n], p) for n, p in plans.items()}
+    metrics = plan_metrics(cfg, reqs, {n: BucketAssignment(list(p.batch_of), list(p.seq_align), list(p.order),
+                                                           list(p.batch_ids)) for n, p in plans.items()})
+    assert best > free_best and not broken_limits(cfg, metrics)
+    assert objective_of(cfg, metrics) == pytest.approx(best, rel=1e-9)
