@@ -184,13 +184,14 @@ class Solver(Strict):
                                                              "the best plan's assignment after CP-SAT (0 = off)")
     lns_share: Optional[float] = Field(None, ge=0, lt=1, description="share of time_limit_s for the large-"
                                        "neighbourhood search over shape sets before CP-SAT, whose best plan hints "
-                                       "CP-SAT (0 = off; null = auto: 0.25 where the polish does not apply, spec 4b "
-                                       "context mode, else none before CP-SAT); time the later stages leave goes "
-                                       "back to it")
-    bound_share: float = Field(0.0, ge=0, lt=1, description="share of time_limit_s for the global pair-LP bound "
-                                                            "(column generation, gen caps rounded down) before the "
-                                                            "search (0 = off; pays on long runs)")
-    bound_caps: int = Field(96, ge=2, le=2000, description="gen caps per bucket in the pair-LP bound")
+                                       "CP-SAT (0 = off; null = auto: 0.2 in spec 4b context mode, else none "
+                                       "before CP-SAT); time the later stages leave goes back to it")
+    bound_share: Optional[float] = Field(None, ge=0, lt=1, description="share of time_limit_s for the global "
+                                         "pair-LP bound (column generation, gen caps rounded down) before the search "
+                                         "(0 = off; null = auto: 0.2 in spec 4b context mode, else off; time it "
+                                         "leaves goes to the later stages)")
+    bound_caps: Optional[int] = Field(None, ge=2, le=2000, description="gen caps per bucket in the pair-LP bound "
+                                      "(null = auto: every distinct gen up to 2000 in context mode, else 96)")
     lns_sets: Optional[int] = Field(None, ge=1, le=10_000_000, description="shape sets the LNS evaluates at most "
                                     "over all its stages (null = as many as its time allows; under "
                                     "deterministic_time 40)")
@@ -228,7 +229,7 @@ class Solver(Strict):
 
     @model_validator(mode="after")
     def _shares(self):
-        total = self.polish_share + (self.lns_share or 0.0) + self.bound_share
+        total = self.polish_share + (self.lns_share or 0.0) + (self.bound_share or 0.0)
         if total >= 1:
             raise ValueError(f"polish_share + lns_share + bound_share = {total:g} must be below 1 "
                              "(the rest is CP-SAT's)")

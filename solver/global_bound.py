@@ -17,7 +17,12 @@ columns and their link rows are appended and the LP re-solved from the previous 
 the Lagrangian (Farley) bound z_LP + sum_g n_g * min(0, min_c reduced cost[g, c]) is valid, so a time
 limit always leaves a bound.
 
-Only spec section 4 semantics are covered (under 4b the pre-search bound serves).
+Spec section 4 semantics and 4b context mode (decode from the batch's longest aligned prompt, prefill and
+prompt padding per request) are covered. In context mode a class level is a decode context (every
+occurring aligned prompt, none pruned), groups are by own aligned prompt, a class's batches may take any
+shape covering its level (y[c] <= sum of those z), and what the relaxation leaves out keeps it a bound:
+the percentile limits (members of one batch differ), the first-use latency and the compile cost in a
+bucket's cost limit. Other 4b combinations: the pre-search bound serves.
 """
 from __future__ import annotations
 
@@ -30,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from models.cpsat_model import class_data
-from models.instance import BucketGroups, Instance, gen_ladder, limit_rhs
+from models.instance import BucketGroups, Instance, Space, aligned, gen_ladder, limit_rhs, model_space
 
 log = logging.getLogger(__name__)
 INF = math.inf
@@ -60,23 +65,28 @@ def floor_caps(gen: np.ndarray, max_caps: int) -> np.ndarray:
 class BucketLP:
     """One bucket's classes, groups and pair bookkeeping for the bound LP."""
 
-    def __init__(self, inst: Instance, name: str, shapes: np.ndarray, max_caps: int, weights: dict):
+    def __init__(self, inst: Instance, name: str, space: Space, max_caps: int, weights: dict):
         cfg, req = inst.cfg, inst.requests[name]
-        self.name, self.req = name, req
+        self.name, self.req, self.space = name, req, space
         limits = dict(inst.cfg_bucket(name).limits.items())
+        if space.context_mode:              # members of a batch differ in latency: percentiles left out (relaxed)
+            limits = {k: v for k, v in limits.items() if k not in ("p95_latency_ms", "p99_latency_ms")}
         caps = floor_caps(req.gen, max_caps)
-        level = np.searchsorted(shapes, req.fit, side="left")
+        level = space.level_of(req)
         cap_level = np.searchsorted(caps, req.gen, side="right") - 1          # rounded down
         fine = level * (int(req.gen.max()) + 1) + req.gen                      # groups: (level, own gen)
         keys, self.request_group, self.n = np.unique(fine, return_inverse=True, return_counts=True)
         self.caps = caps
         self.gi = keys // (int(req.gen.max()) + 1)
         self.gj = np.searchsorted(caps, keys % (int(req.gen.max()) + 1), side="right") - 1
-        counts = np.zeros((len(shapes), len(caps)), dtype=np.int64)
+        counts = np.zeros((len(space.levels), len(caps)), dtype=np.int64)
         np.add.at(counts, (level, cap_level), 1)
         groups = BucketGroups(name, caps, counts, req.real_tokens, True)
-        d = class_data(cfg, inst.costs, shapes, groups, limits, req)
+        d = class_data(cfg, inst.costs, space, groups, limits, req)
         self.ci, self.cj = np.nonzero(d.capacity > 0)
+        # covering[c]: the shapes a batch of class c may take (shape mode: its own; context mode: any covering)
+        self.covering = [np.arange(int(space.cover[i]), len(space.shapes)) if space.context_mode
+                         else np.array([int(i)]) for i in self.ci]
         ci, cj = self.ci, self.cj
         wc, wp, ws = (weights.get(k, 0.0) for k in ("cost", "pad_tokens", "sequential_time_ms"))
         oh = cfg.cost_model.batch_overhead_cost
@@ -119,6 +129,9 @@ class GlobalBound:
 
         self.inst = inst
         self.shapes = np.asarray(inst.all_shapes, dtype=np.int64)
+        levels = len(np.unique(np.concatenate([aligned(r.prompt, inst.cfg.shapes.granularity)
+                                               for r in inst.requests.values()])))
+        self.space = model_space(inst.cfg, self.shapes, inst.requests, levels)       # no level pruned
         self.reference = max(abs(reference), 1.0)
         self.h = quiet_highs(highspy)
         self.h.setOptionValue("output_flag", False)
@@ -150,7 +163,7 @@ class GlobalBound:
         self.z = [self._col(compile_cost[i], 0, 1) for i in range(P)]
         self._row(-INF, inst.cfg.shapes.max_unique, self.z, np.ones(P))
         for name in inst.requests:
-            b = BucketLP(inst, name, self.shapes, max_caps, self.weights)
+            b = BucketLP(inst, name, self.space, max_caps, self.weights)
             C = b.num_classes
             b.y = np.array([self._col(0.0, 0, 1) for _ in range(C)])
             b.k = np.array([self._col(b.obj_k[c], 0, INF) for c in range(C)])
@@ -158,7 +171,8 @@ class GlobalBound:
             b.capacity = np.array([self._row(-INF, 0, [b.k[c]], [-b.cap[c]]) for c in range(C)])
             for c in range(C):
                 self._row(-INF, 0, [b.y[c], b.k[c]], [1, -1])                   # y <= k
-                self._row(-INF, 0, [b.y[c], self.z[b.ci[c]]], [1, -1])          # y <= z
+                self._row(-INF, 0, np.r_[b.y[c], np.asarray(self.z)[b.covering[c]]],   # y <= z (covering)
+                          np.r_[1.0, -np.ones(len(b.covering[c]))])
             b.limit_rows = {}
             for key, (per_x, per_k, rhs) in b.limits.items():
                 slack = self._col(PENALTY * self.reference / max(abs(rhs), 1.0), 0, INF)
@@ -198,11 +212,14 @@ class GlobalBound:
         at or below its longest gen), so the first LP already holds that plan, limits met if the plan meets them."""
         for b in self.buckets:
             plan, req = plans[b.name], b.req
-            level = plan.batch_max(np.searchsorted(self.shapes, req.fit, side="left"))
-            lowered = np.searchsorted(self.shapes, plan.seq_align, side="right") - 1
-            bi = np.maximum(level, lowered)[plan.batch_of]
+            if self.space.context_mode:
+                bi = plan.batch_max(self.space.level_of(req))[plan.batch_of]
+            else:
+                level = plan.batch_max(np.searchsorted(self.shapes, req.fit, side="left"))
+                lowered = np.searchsorted(self.shapes, plan.seq_align, side="right") - 1
+                bi = np.maximum(level, lowered)[plan.batch_of]
             bj = (np.searchsorted(b.caps, plan.batch_max(req.gen), side="right") - 1)[plan.batch_of]
-            lookup = np.full((len(self.shapes), len(b.caps)), -1, dtype=np.int64)
+            lookup = np.full((len(self.space.levels), len(b.caps)), -1, dtype=np.int64)
             lookup[b.ci, b.cj] = np.arange(b.num_classes)
             cs = lookup[bi, bj]
             gs = b.request_group
@@ -310,8 +327,10 @@ def quiet_highs(highspy):
 
 def global_bound(inst: Instance, reference: float, time_limit_s: float, max_caps: int = 160,
                  progress: bool = True, plans: dict | None = None) -> BoundResult | None:
-    """The bound, or None where it does not apply (spec 4b semantics, or highspy missing)."""
-    if not inst.cfg.cost_model.section4:
+    """The bound, or None where it does not apply (spec 4b semantics other than section 4 and context mode, or
+    highspy missing)."""
+    if not (inst.cfg.cost_model.section4 or inst.costs.context_mode) or \
+            (inst.costs.context_mode and inst.cfg.batching.max_batch_tokens):
         return None
     try:
         import highspy  # noqa: F401

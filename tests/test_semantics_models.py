@@ -246,3 +246,24 @@ def test_polish_in_context_mode_reaches_the_optimum(tmp_path):
                                                            list(p.batch_ids)) for n, p in plans.items()})
     assert best > free_best and not broken_limits(cfg, metrics)
     assert objective_of(cfg, metrics) == pytest.approx(best, rel=1e-9)
+
+
+@pytest.mark.parametrize("limits,extra", [({}, False), ({"sequential_time_ms": 0.9}, False),
+                                          ({"pad_ratio": 0.97}, False), ({"max_latency_ms": 0.99}, True),
+                                          ({"p95_latency_ms": 0.95}, True)])
+def test_global_bound_in_context_mode_below_the_optimum(tmp_path, limits, extra):
+    """The pair-LP bound under the task's semantics (classes by decode context, the percentile limits, the warm-up
+    and a bucket's compile cost relaxed away) never exceeds the exhaustive optimum, whatever limit binds, and is
+    not a trivial number."""
+    from solver.global_bound import GlobalBound
+    prompts, gens = (PROMPTS + [450], GENS + [8]) if extra else (PROMPTS, GENS)
+    cfg, reqs = config(tmp_path / "free", {"a": (prompts, gens)}, {"a": {}}, k=2, batch=3, cost_model=TASK)
+    free_best, plan = brute_force_4b(cfg, reqs)
+    free = plan_metrics(cfg, reqs, {"a": plan})["a"]
+    scaled = {key: free[key] * f for key, f in limits.items()}
+    cfg, reqs = config(tmp_path / "lim", {"a": (prompts, gens)}, {"a": scaled}, k=2, batch=3, cost_model=TASK)
+    best, _ = brute_force_4b(cfg, reqs) if scaled else (free_best, plan)
+    assert math.isfinite(best)
+    res = GlobalBound(Instance(cfg, reqs), cfg.objective.weight_map(), 1e9, max_caps=100).run(30, progress=False)
+    assert res.converged and res.bound <= best * (1 + 1e-9)
+    assert res.bound >= 0.5 * best
