@@ -38,7 +38,7 @@ def puts(ray_local, monkeypatch):
     return seen
 
 
-def two_buckets(tmp_path, n=150, **solver):
+def two_buckets(tmp_path, n=100, **solver):
     rng = np.random.default_rng(11)
     buckets = {name: rows_from(rng.integers(1, 1500, n), rng.integers(1, 300, n), name) for name in ("a", "b")}
     limits = {"a": {"sequential_time_ms": 4e4}, "b": {"p95_latency_ms": 3000}}
@@ -47,7 +47,7 @@ def two_buckets(tmp_path, n=150, **solver):
                        solver=dict({"time_limit_s": 5, "workers": 1, "log_progress": False}, **solver))
 
 
-def search(inst, backend, sets=14):
+def search(inst, backend, sets=10):
     found = run_lns(inst, time.monotonic() + 120, LnsSettings(seed=3, max_sets=sets, backend=backend,
                                                               log_progress=False))
     found.search.close()
@@ -59,7 +59,7 @@ def test_ray_search_equals_the_local_one(tmp_path, puts):
     inst = Instance(cfg, load_all(cfg))
     local = search(inst, "local")
     remote = search(inst, "ray")
-    assert remote.sets == local.sets >= 14             # max_sets is checked between steps
+    assert remote.sets == local.sets >= 10             # max_sets is checked between steps
     assert list(remote.search.evaluator.sets) == list(local.search.evaluator.sets)    # same sets, same order
     assert [(e.shapes, e.key) for e in remote.elite] == [(e.shapes, e.key) for e in local.elite]
     for name, plan in local.best.plans.items():
