@@ -97,7 +97,7 @@ class SetEvaluator:
     """Shape sets to (rank key, plans) through per-bucket cached gen-DP plans."""
 
     def __init__(self, inst: Instance, jobs: int = 1, backend: str = "local", address: str | None = None):
-        self.inst, self.jobs, self.backend = inst, jobs, backend
+        self.inst, self.jobs = inst, jobs
         self.session = RaySession(address) if backend == "ray" else None
         self.weights = inst.cfg.objective.weight_map()
         self.limits = {b.name: dict(b.limits.items()) for b in inst.cfg.buckets}
@@ -246,7 +246,7 @@ class ShapeSetSearch:
         return self.normal(tuple(s for s in shapes if s != nearest) + (new,))
 
     def sample(self, around: tuple[int, ...], count: int, tries: int = 60) -> list[tuple[int, ...]]:
-        """Up to `count` distinct unseen neighbours of `around` (in at least `tries` draws, 15 per neighbour)."""
+        """Up to `count` distinct unseen neighbours of `around`, in at most max(tries, 15 * count) draws."""
         out = []
         for _ in range(max(tries, 15 * count)):
             if len(out) >= count:
