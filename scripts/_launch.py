@@ -1,6 +1,8 @@
 """The one start-up path of the thin scripts: import the command from the project, then run it.
-Ctrl-C while importing exits 130 with no traceback."""
+Ctrl-C while importing exits 130 with no traceback; once the command has returned, its exit code stands
+(a late Ctrl-C, e.g. the last of several pressed to stop a search, is ignored)."""
 import importlib
+import signal
 import sys
 from pathlib import Path
 
@@ -12,4 +14,6 @@ def launch(module: str, function: str) -> None:
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         sys.exit(130)
-    sys.exit(main())
+    code = main()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(code)
