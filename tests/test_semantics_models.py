@@ -71,9 +71,13 @@ def cpsat_alone(cfg, reqs):
     if sol.objective is None:
         return sol, None
     plans = {n: model_plan(cfg, reqs[n], space, groups[n], sol) for n in groups}
-    assign = {n: BucketAssignment(list(p.batch_of), list(p.seq_align), list(p.order), list(p.batch_ids))
-              for n, p in plans.items()}
-    return sol, assign
+    return sol, as_assignments(plans)
+
+
+def as_assignments(plans: dict) -> dict:
+    """Placed plans (batch ids and line order set) as the brute-force module's assignments."""
+    return {n: BucketAssignment(list(p.batch_of), list(p.seq_align), list(p.order), list(p.batch_ids))
+            for n, p in plans.items()}
 
 
 def solve_both(tmp_path, limits, minimize="cost"):
@@ -213,8 +217,7 @@ def pair_alone_in_context_mode(cfg, reqs):
     chosen = res.x[:len(space.shapes)] > 0.5
     plans = {n: place_first_use(cfg, reqs[n], pairs_to_plan(cfg, b, res.x[layout[n][0]:layout[n][0] + len(b.pg)],
                                                             chosen)) for n, b in model.buckets.items()}
-    return {n: BucketAssignment(list(p.batch_of), list(p.seq_align), list(p.order), list(p.batch_ids))
-            for n, p in plans.items()}
+    return as_assignments(plans)
 
 
 @pytest.mark.parametrize("limits,minimize", [({}, "cost"), ({"pad_ratio": 0.2}, "cost"), ({}, "pad_tokens")])
@@ -242,8 +245,7 @@ def test_polish_in_context_mode_reaches_the_optimum(tmp_path):
     inst = Instance(cfg, reqs)
     plans = polish(inst, list(inst.all_shapes), HEURISTICS["dp"](inst), 1e9, 20.0)
     plans = {n: place_first_use(cfg, reqs[n], p) for n, p in plans.items()}
-    metrics = plan_metrics(cfg, reqs, {n: BucketAssignment(list(p.batch_of), list(p.seq_align), list(p.order),
-                                                           list(p.batch_ids)) for n, p in plans.items()})
+    metrics = plan_metrics(cfg, reqs, as_assignments(plans))
     assert best > free_best and not broken_limits(cfg, metrics)
     assert objective_of(cfg, metrics) == pytest.approx(best, rel=1e-9)
 
