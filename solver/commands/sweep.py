@@ -291,8 +291,8 @@ def run_sweep(config: str, grid: dict[str, list], method: str = "cpsat", time_li
                 i = todo[d.index]
                 if d.error is not None:
                     log.warning("sweep point %s failed: %s", points[i], d.error)
+                progress.finished(d.error is None)        # first: a Ctrl-C held while the row is written
                 table.add(i, d.value if d.error is None else failed_row(points[i], method, d.error))
-                progress.finished(d.error is None)
         except KeyboardInterrupt:
             raise Interrupted(progress.done, len(points), table.path) from None
         return table.frame()
