@@ -337,4 +337,11 @@ CASES = [
          needle="p.csv:7: seq_len='1e+300' must be a finite number between 0 and 1e+15"),
     Case("calibrate-user-files-kept", user_out_file("mine.txt"), code=0, command="calibrate",
          check=user_out_file_kept("mine.txt")),
+    Case("export-unowned-file", user_out_file("greedy/export/shapes.json"), command="export",
+         needle="was not written by shapeplan"),
+    Case("export-out-root", out_dir("/"), command="export", needle="root of the file system"),
+    Case("export-out-holds-plan", out_dir("out/greedy"), command="export", needle="output dir contains the input"),
+    Case("export-out-holds-trace", out_dir("."), command="export", needle="output dir contains the input"),
+    Case("export-user-files-kept", user_out_file("greedy/export/notes.txt"), code=0, command="export",
+         check=user_out_file_kept("greedy/export/notes.txt")),
 ]

@@ -89,7 +89,7 @@ def argv_for(case, folder: Path, extra: list) -> tuple:
     if case.command == "verify-missing":
         return verify_main, [cfg, str(out / "nothing")]
     if case.command == "export":
-        return export_main, [str(out / "greedy"), "--format", "json"]
+        return export_main, [str(out / "greedy"), "--format", "json"] + extra
     if "argv" in case.tags:
         return solve_main, extra
     method = "all" if "method-all" in case.tags else "cpsat" if "cpsat" in case.tags else "greedy"

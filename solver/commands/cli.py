@@ -242,7 +242,7 @@ def pd_options():
 
 @command
 def export_main(argv=None) -> int:
-    from solver.commands.export import FORMATS, export, parse_formats
+    from solver.commands.export import FORMATS, parse_formats, write_exports
     from solver.pipeline import load_all
     from solver.verify import verify_dir
 
@@ -260,13 +260,13 @@ def export_main(argv=None) -> int:
         plans, errors = verify_dir(cfg, reqs, plan_dir)
         if errors:
             raise InputError(f"{plan_dir}: the plan is not valid, nothing exported: {errors[0]}")
-        out = Path(args.out).resolve() if args.out else plan_dir / "export"
-        for fmt in formats:
-            path, note = export(cfg, reqs, plans, fmt, out)
-            print(f"{fmt}: {path}\n  {note}")
+        written = write_exports(cfg, reqs, plans, formats, Path(args.out) if args.out else plan_dir / "export",
+                                plan_dir)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    for fmt, path, note in written:
+        print(f"{fmt}: {path}\n  {note}")
     return 0
 
 

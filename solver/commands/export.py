@@ -31,6 +31,7 @@ from models.engine import JETSTREAM_LENGTHS
 from models.errors import InputError
 from models.plan import BucketPlan, batch_id_strings
 from models.requests import Requests
+from solver.commands.output import open_folder, protected_paths, replace_set
 
 log = logging.getLogger(__name__)
 
@@ -280,6 +281,26 @@ def export(cfg: Config, requests: dict[str, Requests], plans: dict[str, BucketPl
     tmp.write_text(text)
     tmp.replace(path)
     return path, note
+
+
+def write_exports(cfg: Config, requests: dict[str, Requests], plans: dict[str, BucketPlan], formats: list[str],
+                  out_dir: Path, plan_dir: Path) -> list[tuple[str, Path, str]]:
+    """Every format into `out_dir`, swapped in atomically beside the folder's other files (only files
+    shapeplan wrote are replaced; never in a folder holding the plans, the config or a trace);
+    (format, path, how to apply it) each."""
+    notes = {}
+
+    def produce(stage: Path) -> list[Path]:
+        made = []
+        for fmt in formats:
+            path, notes[fmt] = export(cfg, requests, plans, fmt, stage)
+            made.append(path)
+        return made
+
+    inputs = protected_paths(cfg) + sorted(plan_dir.glob("*.plan.jsonl"))
+    with open_folder(out_dir, inputs, [FILE_NAMES[f] for f in formats]) as out:
+        replace_set(out, {}, produce, keep_others=True)
+    return [(fmt, out / FILE_NAMES[fmt], notes[fmt]) for fmt in formats]
 
 
 def parse_formats(text: str) -> list[str]:
