@@ -35,7 +35,8 @@ from contextlib import contextmanager
 
 log = logging.getLogger(__name__)
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
-GUARD_POLL_S = 0.0005
+GUARD_POLL_S = 0.0005          # until CP-SAT's handler has been replaced
+GUARD_IDLE_S = 0.1
 STOP_EVERY_S = 0.05
 
 
@@ -257,17 +258,19 @@ class _Guard:
         return thread
 
     def run(self, ours: _SigAction) -> None:
-        """Until the search ends: our SIGINT handler back whenever another is in place; once a stop is
-        requested, CP-SAT asked to stop (again every STOP_EVERY_S, in case it was not searching yet)."""
-        asked = 0.0
+        """Until the search ends: our SIGINT handler back whenever another is in place (looking every
+        GUARD_POLL_S until CP-SAT's has come and gone, then every GUARD_IDLE_S); once a stop is requested,
+        CP-SAT asked to stop (again every STOP_EVERY_S, in case it was not searching yet)."""
+        asked, swapped = 0.0, False
         while S.searching:
             if self.action().handler != ours.handler:
                 self.set_action(ours)
+                swapped = True
             solver = S.solver
             if S.requested and solver is not None and time.monotonic() - asked > STOP_EVERY_S:
                 solver.stop_search()
                 asked = time.monotonic()
-            S.wake.wait(GUARD_POLL_S)
+            S.wake.wait(GUARD_POLL_S if not swapped else STOP_EVERY_S if S.requested else GUARD_IDLE_S)
             S.wake.clear()
 
 
