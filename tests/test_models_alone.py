@@ -35,7 +35,7 @@ def cpsat_alone(cfg, reqs, scale_ref: float):
     inst = Instance(cfg, reqs)
     shapes = np.asarray(inst.all_shapes, dtype=np.int64)
     groups = {n: group_bucket(r, shapes, cfg.solver.gen_caps) for n, r in reqs.items()}
-    model = ShapeModel(cfg, shapes, groups, cfg.objective.weight_map(), scale_ref)
+    model = ShapeModel(cfg, shapes, groups, cfg.objective.weight_map(), scale_ref, reqs)   # reqs: per-request constants
     sol = model.solve(TIME_LIMIT_S, cfg.solver.workers, cfg.solver.seed, progress=False)
     if sol.objective is None:
         return sol, None
@@ -136,6 +136,7 @@ def config(tmp_path, buckets, limits=None, k=2, batch=3, tokens=None, **sections
 SIX = ([40, 100, 130, 60, 250, 190], [10, 12, 30, 10, 5, 40])
 LAT = ([150, 100, 700, 100, 150], [26, 22, 4, 2, 34])       # unconstrained max latency 602 ms, optimum 537 ms
 CHEAP_COMPILE = {"cost_model": {"compile_cost": [1.0e7, 0, 100]}}
+REQUEST_SEMANTICS = {"cost_model": {"prefill_length": "request", "prompt_pad": "request"}}
 
 # name: (buckets, limits, k, batch, tokens, extra config sections)
 CASES = {
@@ -171,10 +172,21 @@ CASES = {
                                  {"objective": {"minimize": "sequential_time_ms"}}),
     "minimize_pad_tokens": ({"a": SIX}, {"a": {"sequential_time_ms": 1000}}, 2, 3, None,
                             {"objective": {"minimize": "pad_tokens"}}),
+    # spec 4b per-request prefill and padding: the models subtract the constant parts (each request's own
+    # prefill cost, its own prompt padding) from the limits' right-hand sides
+    "request_semantics_cost": ({"a": SIX}, {"a": {"cost": 1.6e8}}, 2, 3, None, REQUEST_SEMANTICS),
+    "request_semantics_pad": ({"a": SIX}, {"a": {"pad_tokens": 128}}, 2, 3, None, REQUEST_SEMANTICS),
+    # the p95 limit equal to the constrained optimum's p95 (a class at exactly the limit is within it)
+    "p95_at_limit": ({"a": LAT}, {"a": {"p95_latency_ms": 537.14664}}, 2, 3, None, {}),
+    # two limits on different rows of one bucket, both binding
+    "sequential_time_and_pad": ({"a": SIX}, {"a": {"sequential_time_ms": 900, "pad_ratio": 0.5}}, 2, 3, None,
+                                CHEAP_COMPILE),
+    # the short prompts (own shape 64) have the long gens; the shortest gen belongs to a longer prompt
+    "own_level_long_gens": ({"a": ([20, 20, 100], [50, 50, 1])}, {}, 2, 3, None, CHEAP_COMPILE),
 }
 # cases whose limits or objective must change the answer: the unconstrained / cost-only optimum breaks
 # a limit (or is worse under the objective given)
-LIMIT_CASES = [n for n in CASES if n not in ("candidates", "weights")]
+LIMIT_CASES = [n for n in CASES if n not in ("candidates", "weights", "own_level_long_gens")]
 
 
 def build(tmp_path, name):
