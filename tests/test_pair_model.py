@@ -108,7 +108,8 @@ def test_a_plans_own_pairs_hold_that_plan(tmp_path):
     assert len(written(b)) <= 8
 
 
-@pytest.mark.parametrize("limits", [{"sequential_time_ms": 250}, {"p95_latency_ms": 120}, {"pad_ratio": 0.5}])
+@pytest.mark.parametrize("limits", [{"sequential_time_ms": 250}, {"p95_latency_ms": 120}, {"pad_ratio": 0.5},
+                                    {"sequential_time_ms": 250, "pad_ratio": 0.5}])
 def test_column_generation_prices_binding_limits(tmp_path, limits):
     """With a limit binding in the LP (the LP optimum over every pair is above the unconstrained one),
     pricing in from each group's own class alone still ends at the LP optimum over every pair: the
@@ -130,3 +131,111 @@ def test_column_generation_prices_binding_limits(tmp_path, limits):
     priced = cg.price_in(30)
     assert priced.converged
     assert priced.lp_value == pytest.approx(values["limited"], rel=1e-7)
+
+
+def own_class_start(tmp_path, limits=None):
+    cfg = tiny(tmp_path, *WIDE, limits or {}, k=3, batch=3)
+    reqs = requests_of(cfg)
+    _, cg = model_for(cfg, reqs, Instance(cfg, reqs).all_shapes)
+    for b in cg.buckets.values():
+        b.add_neighbours(span_i=0, span_j=0)
+    return cg
+
+
+def counting(model):
+    """Count the LP solves of a model (wrapping its solve)."""
+    calls = []
+    solve = model.solve
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return solve(*args, **kwargs)
+
+    model.solve = counted
+    return calls
+
+
+def test_price_in_reports_its_rounds_and_stops_at_max_rounds(tmp_path):
+    """rounds = LP solves; at most max_rounds of them (then not converged); none when under half a second
+    is given; time_s is the wall time spent."""
+    import math
+    import time
+
+    cg = own_class_start(tmp_path)
+    calls = counting(cg)
+    t0 = time.monotonic()
+    done = cg.price_in(30)
+    wall = time.monotonic() - t0
+    assert done.converged and done.rounds == len(calls) >= 3
+    assert 0 < done.time_s <= wall
+    for cap in (1, 2):
+        cg = own_class_start(tmp_path)
+        calls = counting(cg)
+        stopped = cg.price_in(30, max_rounds=cap)
+        assert (stopped.rounds, len(calls), stopped.converged) == (cap, cap, False)
+        assert stopped.lp_value > done.lp_value * (1 + 1e-9)          # the LP over the pairs written so far
+    cg = own_class_start(tmp_path)
+    calls = counting(cg)
+    none = cg.price_in(0.4)
+    assert (none.rounds, len(calls), none.converged, none.lp_value) == (0, 0, False, math.inf)
+    assert own_class_start(tmp_path).price_in(1.2).rounds >= 1
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 40])
+def test_pricing_in_chunks_prices_the_same_pairs(tmp_path, chunk):
+    """Reduced costs are computed a few groups at a time (chunk / classes groups per step); any chunk
+    size gives the same new pairs, none of them written already, each eligible (class at or above the
+    group's shape and gen levels)."""
+    cg = own_class_start(tmp_path, {"sequential_time_ms": 250})
+    res, rows, layout = cg.solve(30)
+    b = cg.buckets["a"]
+    duals = cg._duals(res, rows, layout["a"])
+    whole = set(zip(*(x.tolist() for x in b.price(*duals, 12))))
+    parts = set(zip(*(x.tolist() for x in b.price(*duals, 12, chunk=chunk * b.num_classes))))
+    assert whole and parts == whole
+    assert not whole & written(b)
+    assert all(b.ci[c] >= b.gi[g] and b.cj[c] >= b.gj[g] for g, c in whole)
+
+
+def test_column_generation_over_two_buckets(tmp_path):
+    """Two buckets sharing the shapes: pricing in continues while either bucket adds pairs, and ends at
+    the LP over every pair."""
+    from tests.helpers import load, make_config, rows_from
+
+    path = make_config(tmp_path, {"a": rows_from(*WIDE), "b": rows_from([300], [2], prefix="s")}, {},
+                       shapes={"max_unique": 3, "granularity": 64}, batching={"max_batch_size": 3},
+                       solver={"time_limit_s": 10, "workers": 2, "log_progress": False})
+    cfg = load(path)
+    reqs = requests_of(cfg)
+    shapes = Instance(cfg, reqs).all_shapes
+    _, full = model_for(cfg, reqs, shapes)
+    write_all_pairs(full)
+    res, _, _ = full.solve(30)
+    _, cg = model_for(cfg, reqs, shapes)
+    for b in cg.buckets.values():
+        b.add_neighbours(span_i=0, span_j=0)
+    priced = cg.price_in(30)
+    assert priced.converged
+    assert priced.lp_value == pytest.approx(full.value(res), rel=1e-7)
+
+
+class Ticks:
+    """time.monotonic for models.pair_model: each reading one `step` later than the last."""
+
+    def __init__(self, step):
+        self.now, self.step = 0.0, step
+
+    def monotonic(self):
+        self.now += self.step
+        return self.now
+
+
+@pytest.mark.parametrize("limit,rounds", [(1.5, 0), (2.0, 1), (3.0, 1), (4.0, 2)])
+def test_price_in_starts_a_round_only_with_over_half_a_second_left(tmp_path, monkeypatch, limit, rounds):
+    """A clock advancing 1 s per reading: a round starts while time_limit_s - elapsed > 0.5, where elapsed is
+    read before the round (and once more for the LP's own time limit)."""
+    import models.pair_model as pair_module
+
+    cg = own_class_start(tmp_path)
+    monkeypatch.setattr(pair_module, "time", Ticks(1.0))
+    assert cg.price_in(limit).rounds == rounds
