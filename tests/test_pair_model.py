@@ -239,3 +239,20 @@ def test_price_in_starts_a_round_only_with_over_half_a_second_left(tmp_path, mon
     cg = own_class_start(tmp_path)
     monkeypatch.setattr(pair_module, "time", Ticks(1.0))
     assert cg.price_in(limit).rounds == rounds
+
+
+@pytest.mark.parametrize("prompts,gens,limits", CASES[:2])
+def test_coarse_groups_keep_the_class_caps(tmp_path, prompts, gens, limits):
+    """Groups coarser than the gens (group_caps=2 for 4 distinct gens) still split at every class cap, so
+    the MIP over every pair stays the exact joint problem."""
+    cfg = tiny(tmp_path, prompts, gens, limits)
+    reqs = requests_of(cfg)
+    inst = Instance(cfg, reqs)
+    shapes = inst.all_shapes
+    classes = {n: group_bucket(r, np.asarray(shapes), 48) for n, r in reqs.items()}
+    model = PairModel(cfg, inst.costs, shapes, reqs, cfg.objective.weight_map(), classes, 1e9, group_caps=2)
+    assert len(set(gens)) == 4 and model.buckets["a"].group_caps.tolist() == sorted(set(gens))
+    write_all_pairs(model)
+    res, _, _ = model.solve(30, integral=True)
+    assert res.status == 0
+    assert model.value(res) == pytest.approx(brute_force(cfg, reqs), rel=1e-6)
