@@ -156,6 +156,9 @@ def search_stages(inst: Instance, heuristics: list[MethodResult], time_limit: fl
     lns, search = run_lns_stage(inst, heuristics, lns_end, stages)
     searched = heuristics + lns
     best_h = min(searched, key=rank_key) if searched else None
+    known = (presearch_bound, lp.bound if lp is not None else None)
+    if proven_before_search(best_h, known):
+        return proven_plan(inst, best_h, known, lp, search, start), search
     cpsat_end = deadline - time_limit * polish_share
     with stages.timed("cpsat"):
         space, groups, model = build_model(inst, searched, best_h)
@@ -172,9 +175,7 @@ def search_stages(inst: Instance, heuristics: list[MethodResult], time_limit: fl
             "model_objective": sol.objective, "solve_time_s": sol.solve_time_s,
             "bound_scope": bound_scope(inst, space, groups), "interrupted": interrupted,
             "num_variables": len(model.model.proto.variables), "candidate_shapes": len(space.shapes)}
-    if lp is not None:
-        info.update({"lp_bound": lp.bound, "lp_value": lp.lp_value, "lp_converged": lp.converged,
-                     "lp_rounds": lp.rounds, "lp_pairs": lp.columns, "lp_time_s": lp.time_s})
+    lp_info(info, lp)
     if sol.status not in VALID_STATUSES:
         info["model_error"] = f"CP-SAT answered {sol.status}: a bug in the model; the plan below is not the optimizer's"
     candidates = []
@@ -199,6 +200,33 @@ def search_stages(inst: Instance, heuristics: list[MethodResult], time_limit: fl
     certify(result, sol.bound, space, groups, inst, (presearch_bound, info.get("lp_bound")))
     result.time_s = time.monotonic() - start
     return result, search
+
+
+def proven_before_search(best: MethodResult | None, bounds: tuple) -> bool:
+    """A global bound known before the search (pre-search, pair LP) already proves the best plan so far optimal
+    within GAP_TOLERANCE: the search could only confirm it."""
+    finite = [b for b in bounds if b is not None and math.isfinite(b)]
+    return best is not None and best.feasible and bool(finite) and \
+        best.objective - max(finite) <= GAP_TOLERANCE * abs(best.objective)
+
+
+def proven_plan(inst: Instance, best: MethodResult, bounds: tuple, lp, search, start: float) -> MethodResult:
+    """The cpsat answer when the plan is proven optimal before the search: that plan, certified, no CP-SAT run."""
+    result = kept_copy(best)
+    source = best.solver.get("plan_source", f"heuristic {best.method}")
+    info = {"status": "OPTIMAL", "cpsat_bound": None, "model_objective": None, "solve_time_s": 0.0,
+            "presearch_bound": bounds[0] if math.isfinite(bounds[0]) else None, "interrupted": stop.requested(),
+            "num_variables": 0, "candidate_shapes": len(inst.all_shapes),
+            "search_note": "proven optimal before the search (a global bound within the gap tolerance): CP-SAT, "
+                           "the polish and the LNS were not run"}
+    lp_info(info, lp)
+    lns_info(info, search)
+    result.solver = dict(info, plan_source=f"{source} (proven optimal before the search)", objective=best.objective)
+    certify(result, -math.inf, None, None, inst, bounds)
+    log.info("cpsat: %s is proven optimal before the search (gap %.4f%%); no search needed",
+             source, 100 * result.solver["gap"])
+    result.time_s = time.monotonic() - start
+    return result
 
 
 DETERMINISTIC_LNS_SETS = 40     # sets the LNS evaluates under deterministic_time when lns_sets is not given
@@ -265,6 +293,13 @@ def run_lns_stage(inst: Instance, known: list[MethodResult], deadline: float, st
     log.info("lns: objective %.6g, limits %s, shapes %s, %d sets in %.1fs", result.objective,
              "met" if result.feasible else "broken", result.shapes, found.sets, found.elapsed_s)
     return [result], found.search
+
+
+def lp_info(info: dict, lp) -> None:
+    """The pair-LP bound stage's figures in the report."""
+    if lp is not None:
+        info.update({"lp_bound": lp.bound, "lp_value": lp.lp_value, "lp_converged": lp.converged,
+                     "lp_rounds": lp.rounds, "lp_pairs": lp.columns, "lp_time_s": lp.time_s})
 
 
 def lns_info(info: dict, search: ShapeSetSearch | None) -> None:
@@ -334,7 +369,7 @@ def certify(result: MethodResult, cpsat_bound: float, space, groups, inst: Insta
         info["status"] = "FEASIBLE" if info["status"] in ("OPTIMAL", "FEASIBLE", "UNKNOWN") else info["status"]
         return
     bounds = [b for b in global_bounds if b is not None and math.isfinite(b)]
-    if is_global(inst, space, groups) and math.isfinite(cpsat_bound):
+    if math.isfinite(cpsat_bound) and is_global(inst, space, groups):
         bounds.append(cpsat_bound)
     bound = max(bounds) if bounds else None
     info["best_bound"], info["bound_global"] = bound, bound is not None
