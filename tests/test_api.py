@@ -46,3 +46,21 @@ def test_solve_takes_a_path_and_all_methods():
 def test_unknown_method_is_a_clear_error():
     with pytest.raises(ValueError, match=r"methods=\['nope'\] must be among"):
         solve(load_config(ROOT / "configs" / "tiny.yaml"), methods=("nope",))
+
+
+def test_a_plan_proven_before_the_search_is_the_answer_at_once(tmp_path):
+    """Identical requests: dp's plan (full batches at the one shape) is optimal and the pre-search bound proves it;
+    the run says so instead of searching, and its plan equals the exhaustive optimum; a limit the bound cannot
+    settle makes CP-SAT run."""
+    from tests.brute import brute_force
+    from tests.test_models_alone import config
+    cfg, reqs = config(tmp_path / "same", {"a": ([100] * 6, [20] * 6)}, {"a": {}}, k=2, batch=3)
+    best = brute_force(cfg, reqs)
+    info = solve(cfg, methods=("cpsat",), requests=reqs).results["cpsat"].solver
+    assert info["status"] == "OPTIMAL" and "search_note" in info and info["num_variables"] == 0
+    assert info["objective"] == pytest.approx(best.objective, rel=1e-9)
+    assert info["best_bound"] <= best.objective * (1 + 1e-9)
+    cfg, reqs = config(tmp_path / "mixed", {"a": ([40, 100, 130, 60, 250, 190], [10, 12, 30, 10, 5, 40])},
+                       {"a": {"sequential_time_ms": 900}}, k=2, batch=3)
+    info = solve(cfg, methods=("cpsat",), requests=reqs).results["cpsat"].solver
+    assert "search_note" not in info and info["num_variables"] > 0
