@@ -181,6 +181,8 @@ CASES = {
     # two limits on different rows of one bucket, both binding
     "sequential_time_and_pad": ({"a": SIX}, {"a": {"sequential_time_ms": 900, "pad_ratio": 0.5}}, 2, 3, None,
                                 CHEAP_COMPILE),
+    # the binding p95 limit on the second row of its bucket (after a loose pad limit)
+    "p95_second_row": ({"a": LAT}, {"a": {"pad_ratio": 10.0, "p95_latency_ms": 560}}, 2, 3, None, {}),
     # the short prompts (own shape 64) have the long gens; the shortest gen belongs to a longer prompt
     "own_level_long_gens": ({"a": ([20, 20, 100], [50, 50, 1])}, {}, 2, 3, None, CHEAP_COMPILE),
 }

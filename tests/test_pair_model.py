@@ -109,7 +109,7 @@ def test_a_plans_own_pairs_hold_that_plan(tmp_path):
 
 
 @pytest.mark.parametrize("limits", [{"sequential_time_ms": 250}, {"p95_latency_ms": 120}, {"pad_ratio": 0.5},
-                                    {"sequential_time_ms": 250, "pad_ratio": 0.5}])
+                                    {"sequential_time_ms": 250, "pad_ratio": 0.5}, {"pad_ratio": 0.5, "p95_latency_ms": 120}])
 def test_column_generation_prices_binding_limits(tmp_path, limits):
     """With a limit binding in the LP (the LP optimum over every pair is above the unconstrained one),
     pricing in from each group's own class alone still ends at the LP optimum over every pair: the
