@@ -112,3 +112,16 @@ def test_polish_needs_a_second_left_for_the_mip(tmp_path, monkeypatch, limit, el
     assert (plans is not None) == runs
     if runs:
         checked(inst, "polish", plans)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_polish_keeps_the_start_plans_caps_beyond_the_ladder(tmp_path, seed):
+    """130 distinct gens in batches of 2: more than the 48 ladder caps plus the start plan's batch caps
+    (65, more than half the caps), so the start plan is representable only because every one of its
+    batch caps is kept; the polished plan is then never worse than the start."""
+    rng = np.random.default_rng(seed)
+    prompts, gens = rng.integers(1, 300, 130).tolist(), rng.permutation(np.arange(1, 131)).tolist()
+    inst = instance(tmp_path, prompts, gens, {}, k=2, batch=2)
+    start = run_heuristic(inst, "dp")
+    r = checked(inst, "polish", polish(inst, start.shapes, start.plans, start.objective, 20.0))
+    assert r.objective <= start.objective * (1 + 1e-9)
