@@ -63,8 +63,10 @@ def snapshot(dest: Path, worktree: bool) -> dict:
     return {"commit": head, "tree": "work tree (uncommitted changes included)" if worktree and dirty else "HEAD"}
 
 
-def configure(dest: Path, files: list[str], tests: list[str]) -> None:
-    """The [tool.mutmut] table, appended to the snapshot's pyproject.toml (the repository's is untouched)."""
+def configure(dest: Path, files: list[str], tests: list[str], keyword: str | None = None) -> None:
+    """The [tool.mutmut] table, appended to the snapshot's pyproject.toml (the repository's is untouched).
+    `keyword`: a pytest -k expression; mutmut maps tests to functions from that selection only."""
+    tests = list(tests) + (["-k", keyword] if keyword else [])
     table = {
         "source_paths": sorted({f.split("/")[0] for f in files}),
         "only_mutate": files,
@@ -105,6 +107,31 @@ def mutmut_cli(dest: Path, *args: str) -> str:
                           capture_output=True, text=True).stdout
 
 
+SHOW = """
+import sys
+from mutmut.__main__ import cli
+for name in sys.stdin.read().split():
+    print("\\0" + name, flush=True)
+    try:
+        cli.main(["show", name], standalone_mode=False)
+    except BaseException as e:          # one broken diff must not lose the others
+        print(f"(no diff: {e!r})")
+"""
+
+
+def show_all(dest: Path, names: list[str]) -> dict[str, str]:
+    """{mutant: `mutmut show` text}, all from one process (one `mutmut show` each takes seconds)."""
+    if not names:
+        return {}
+    out = subprocess.run([sys.executable, "-c", SHOW], cwd=dest, input="\n".join(names), capture_output=True,
+                         text=True).stdout
+    diffs = {}
+    for chunk in out.split("\0")[1:]:
+        name, _, text = chunk.partition("\n")
+        diffs[name] = text
+    return diffs
+
+
 def file_of(mutant: str, files: list[str]) -> str:
     """models.cost.x_quad__mutmut_3 -> models/cost.py"""
     for f in files:
@@ -133,14 +160,15 @@ def load_notes(path: Path) -> dict[str, str]:
 
 
 def summary(stamp: dict, files: list[str], tests: list[str], workers: int, results: dict, diffs: dict,
-            finished: bool, minutes: float, notes: dict[str, str] | None = None) -> str:
+            finished: bool, minutes: float, notes: dict[str, str] | None = None, keyword: str | None = None) -> str:
     notes = notes or {}
     cmd = "python scripts/mutation.py --files " + " ".join(files) + f" --workers {workers}" + \
-        (" --tests " + " ".join(tests) if tests != list(TESTS) else "")
+        (" --tests " + " ".join(tests) if tests != list(TESTS) else "") + (f" --keyword '{keyword}'" if keyword else "")
     lines = ["# Mutation testing (mutmut)", "",
              f"Commit `{stamp['commit']}` ({stamp['tree']}), {datetime.date.today().isoformat()}, "
              f"{minutes:.1f} min with {workers} worker(s){'' if finished else ', stopped by the time box'}.", "",
-             f"Command: `{cmd}`", "", "Tests: " + ", ".join(f"`{t}`" for t in tests), "",
+             f"Command: `{cmd}`", "", "Tests: " + ", ".join(f"`{t}`" for t in tests) +
+             (f", only those matching `-k '{keyword}'`" if keyword else ""), "",
              f"Not mutated: logging calls (lines matching `{LOG_CALL}`).", "",
              "| file | killed | survived | timeout | no tests | not checked | other | total | score |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -174,6 +202,8 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--files", nargs="+", default=list(FILES), help="files to mutate (default: the optimizer's core)")
     p.add_argument("--tests", nargs="+", default=list(TESTS), help="test files or node ids to run")
+    p.add_argument("--keyword", "-k", default=None, help="pytest -k expression narrowing --tests (e.g. to leave "
+                   "out slow tests)")
     p.add_argument("--workers", type=int, default=1, help="mutants tested in parallel (default 1)")
     p.add_argument("--max-minutes", type=float, default=120.0, help="time box; finished mutants are summarized")
     p.add_argument("--worktree", action="store_true", help="test the work tree as it is instead of HEAD")
@@ -197,7 +227,7 @@ def main(argv=None) -> int:
     start = time.monotonic()
     try:
         stamp = snapshot(dest, args.worktree)
-        configure(dest, args.files, args.tests)
+        configure(dest, args.files, args.tests, args.keyword)
         log_path = dest / "mutmut.log"
         print(f"[mutation] {stamp['commit'][:12]} ({stamp['tree']}) in {dest}; log {log_path}", flush=True)
         finished = run_mutmut(dest, args.workers, args.max_minutes, log_path, args.mutants)
@@ -209,9 +239,9 @@ def main(argv=None) -> int:
         if "Failed to run clean test" in log_text or not checked:
             sys.stderr.write(log_text[-3000:])
             sys.exit("error: mutmut checked no mutant (the unmutated tests must pass first; see the log above)")
-        diffs = {m: mutmut_cli(dest, "show", m) for f in results.values() for m, s in f.items() if s == "survived"}
+        diffs = show_all(dest, [m for f in results.values() for m, s in f.items() if s == "survived"])
         text = summary(stamp, args.files, args.tests, args.workers, results, diffs, finished,
-                       (time.monotonic() - start) / 60, load_notes(args.notes))
+                       (time.monotonic() - start) / 60, load_notes(args.notes), args.keyword)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         tmp = args.out.with_name(args.out.name + ".tmp")
         tmp.write_text(text)
