@@ -218,6 +218,10 @@ def test_limits_of_the_structure_checks_at_their_boundaries():
     assert structure_errors(cfg_of(gran=1, tokens=20), req, BucketPlan(np.array([0, 0]), np.array([1, 7])), "a") == []
     assert structure_errors(cfg_of(gran=1, tokens=19), req, BucketPlan(np.array([0, 0]), np.array([1, 7])), "a") == \
         ["a: batch #0 uses 20 tokens > max_batch_tokens 19"]
+    two = BucketPlan(np.array([0, 1]), np.array([1, 1, 7]))               # batches 0 and 1, then an empty one
+    assert structure_errors(cfg_of(gran=1, tokens=10), req, two, "a") == []
+    assert structure_errors(cfg_of(gran=1, tokens=9), req, two, "a") == \
+        ["a: batch #0 uses 10 tokens > max_batch_tokens 9", "a: batch #1 uses 10 tokens > max_batch_tokens 9"]
 
 
 @pytest.mark.parametrize("engine,kinds", [
