@@ -160,13 +160,16 @@ def load_notes(path: Path) -> dict[str, str]:
 
 
 def summary(stamp: dict, files: list[str], tests: list[str], workers: int, results: dict, diffs: dict,
-            finished: bool, minutes: float, notes: dict[str, str] | None = None, keyword: str | None = None) -> str:
+            finished: bool, minutes: float, notes: dict[str, str] | None = None, keyword: str | None = None,
+            reused: bool = False) -> str:
     notes = notes or {}
     cmd = "python scripts/mutation.py --files " + " ".join(files) + f" --workers {workers}" + \
         (" --tests " + " ".join(tests) if tests != list(TESTS) else "") + (f" --keyword '{keyword}'" if keyword else "")
     lines = ["# Mutation testing (mutmut)", "",
              f"Commit `{stamp['commit']}` ({stamp['tree']}), {datetime.date.today().isoformat()}, "
-             f"{minutes:.1f} min with {workers} worker(s){'' if finished else ', stopped by the time box'}.", "",
+             f"{minutes:.1f} min with {workers} worker(s){'' if finished else ', stopped by the time box'}" +
+             (" (an incremental run: the verdicts of earlier runs in the same --keep directory stand for every "
+              "function whose code did not change)" if reused else "") + ".", "",
              f"Command: `{cmd}`", "", "Tests: " + ", ".join(f"`{t}`" for t in tests) +
              (f", only those matching `-k '{keyword}'`" if keyword else ""), "",
              f"Not mutated: logging calls (lines matching `{LOG_CALL}`).", "",
@@ -224,6 +227,7 @@ def main(argv=None) -> int:
             sys.exit(f"error: --files {f}: no such file in the repository")
     dest = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="shapeplan-mutation-"))
     dest.mkdir(parents=True, exist_ok=True)
+    reused = (dest / "mutants").is_dir()
     start = time.monotonic()
     try:
         stamp = snapshot(dest, args.worktree)
@@ -241,7 +245,7 @@ def main(argv=None) -> int:
             sys.exit("error: mutmut checked no mutant (the unmutated tests must pass first; see the log above)")
         diffs = show_all(dest, [m for f in results.values() for m, s in f.items() if s == "survived"])
         text = summary(stamp, args.files, args.tests, args.workers, results, diffs, finished,
-                       (time.monotonic() - start) / 60, load_notes(args.notes), args.keyword)
+                       (time.monotonic() - start) / 60, load_notes(args.notes), args.keyword, reused)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         tmp = args.out.with_name(args.out.name + ".tmp")
         tmp.write_text(text)
