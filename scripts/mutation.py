@@ -217,7 +217,11 @@ def main(argv=None) -> int:
     p.add_argument("--keep", type=Path, default=None, help="run in this directory and keep it (default: a temp dir); "
                    "an earlier run's directory keeps the verdicts of unchanged functions")
     p.add_argument("--notes", type=Path, default=NOTES, help="YAML {mutant: why it survives} (default %(default)s)")
+    p.add_argument("--summary-only", action="store_true", help="with --keep: rewrite the summary from that "
+                   "directory's last run (e.g. after editing the notes), testing nothing")
     args = p.parse_args(argv)
+    if args.summary_only and not args.keep:
+        sys.exit("error: --summary-only needs --keep DIR (the directory of an earlier run)")
     try:
         import mutmut as _  # noqa: F401
     except ImportError:
@@ -230,11 +234,17 @@ def main(argv=None) -> int:
     reused = (dest / "mutants").is_dir()
     start = time.monotonic()
     try:
-        stamp = snapshot(dest, args.worktree)
-        configure(dest, args.files, args.tests, args.keyword)
         log_path = dest / "mutmut.log"
-        print(f"[mutation] {stamp['commit'][:12]} ({stamp['tree']}) in {dest}; log {log_path}", flush=True)
-        finished = run_mutmut(dest, args.workers, args.max_minutes, log_path, args.mutants)
+        if args.summary_only:
+            stamp = json.loads((dest / "run.json").read_text())
+            finished, reused = stamp["finished"], stamp["reused"]
+        else:
+            stamp = snapshot(dest, args.worktree)
+            configure(dest, args.files, args.tests, args.keyword)
+            print(f"[mutation] {stamp['commit'][:12]} ({stamp['tree']}) in {dest}; log {log_path}", flush=True)
+            finished = run_mutmut(dest, args.workers, args.max_minutes, log_path, args.mutants)
+            stamp.update(finished=finished, reused=reused, minutes=(time.monotonic() - start) / 60)
+            (dest / "run.json").write_text(json.dumps(stamp))
         results = collect(dest, args.files)
         log_text = log_path.read_text(errors="replace")
         if args.mutants:                                   # the others were never tried
@@ -245,7 +255,7 @@ def main(argv=None) -> int:
             sys.exit("error: mutmut checked no mutant (the unmutated tests must pass first; see the log above)")
         diffs = show_all(dest, [m for f in results.values() for m, s in f.items() if s == "survived"])
         text = summary(stamp, args.files, args.tests, args.workers, results, diffs, finished,
-                       (time.monotonic() - start) / 60, load_notes(args.notes), args.keyword, reused)
+                       stamp["minutes"], load_notes(args.notes), args.keyword, reused)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         tmp = args.out.with_name(args.out.name + ".tmp")
         tmp.write_text(text)
