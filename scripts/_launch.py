@@ -11,6 +11,7 @@ def launch(module: str, function: str) -> None:
     try:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
         main = getattr(importlib.import_module(module), function)
+        importlib.import_module("solver.stop").ignore_after_run()
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         sys.exit(130)

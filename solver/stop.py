@@ -1,7 +1,7 @@
 """Ctrl-C and SIGTERM during a run (spec section 7): stop the search, keep the best verified plan.
 
 `install()` (the solve command does it) replaces the SIGINT and SIGTERM handlers:
-- before any plan exists, a signal raises KeyboardInterrupt (the command exits 130, nothing written);
+- before any plan exists, a signal raises KeyboardInterrupt once (the command exits 130, nothing written);
 - once a verified plan exists (`plan_ready()`), a signal, and any number of them after it, only sets the
   stop flag: each stage ends at its next step and the command writes the best plan, marked interrupted;
 - inside `interruptible()` (the polish, the LNS) the first signal raises KeyboardInterrupt, which the
@@ -48,12 +48,14 @@ class _State:
     deferring = 0
     raising = 0
     raised = False
+    aborting = False
     searching = False
     pokes = 0
     previous: dict = {}
     wakeup = None               # (read fd, write fd, previous wakeup fd)
     solver = None               # the CpSolver searching now (guarded searches)
     kept: list = []             # CP-SAT solve wrappers held until uninstall (their end resets SIGINT)
+    ignore_after = False        # a script: SIGINT ignored once the run is over
     wake = threading.Event()    # the watcher saw a signal during the search: the guard acts at once
 
 
@@ -69,7 +71,8 @@ def _on_signal(signum, frame):
     S.signum = S.signum or signum
     if S.deferring:
         return
-    if not S.plan:
+    if not S.plan and not S.aborting:       # once: the run is already on its way out after the first
+        S.aborting = True
         raise KeyboardInterrupt
     if S.raising and not S.raised:
         S.raised = True
@@ -95,19 +98,31 @@ def uninstall() -> None:
     """Give the previous handlers back and clear the state."""
     if not S.installed:
         return
+    if S.ignore_after:                  # a script ends next: the OS frees them (no default action at exit)
+        for wrapper in S.kept:
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(wrapper))
     S.kept.clear()                      # each sets SIGINT to the default action as it goes: handlers below
     r, w, prev = S.wakeup
     signal.set_wakeup_fd(prev)
     os.close(w)                         # the watcher reads EOF and ends (it closes r)
     S.installed = False
     for sig, handler in S.previous.items():
+        if sig == signal.SIGINT and S.ignore_after:
+            handler = signal.SIG_IGN        # a signal still pending is dropped, not raised after the run
         signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
     reset()
 
 
+def ignore_after_run() -> None:
+    """For a script: once the run is over (`uninstall`), SIGINT is ignored, so a late Ctrl-C (the last of
+    several pressed to stop a search) does not turn the run's exit code into 130; CP-SAT's solve wrappers
+    are then left to the OS (destroying one puts SIGINT back to the default action: end the process)."""
+    S.ignore_after = True
+
+
 def reset() -> None:
-    S.requested, S.signum, S.plan, S.deferring, S.raising, S.raised, S.searching = \
-        False, None, False, 0, 0, False, False
+    S.requested, S.signum, S.plan, S.deferring, S.raising, S.raised, S.aborting, S.searching = \
+        False, None, False, 0, 0, False, False, False
 
 
 def _watch(r: int) -> None:
