@@ -150,17 +150,32 @@ def collect(dest: Path, files: list[str]) -> dict[str, dict[str, str]]:
     return out
 
 
-def load_notes(path: Path) -> dict[str, str]:
-    """{mutant name: why it survives} from the reviewed notes file (missing file: none)."""
+def load_notes(path: Path) -> dict[str, dict]:
+    """{mutant name: {"why": ..., "line": the mutated line}} from the reviewed notes file (missing file: none).
+    A note is the reason alone, or a mapping with `why` and `line`: the added line of the mutant's diff it was
+    written for, so a note whose mutant number now names another mutation (its function changed) is not used."""
     if not path.is_file():
         return {}
     import yaml
 
-    return {str(k): str(v).strip() for k, v in (yaml.safe_load(path.read_text()) or {}).items()}
+    out = {}
+    for k, v in (yaml.safe_load(path.read_text()) or {}).items():
+        out[str(k)] = {"why": str(v["why"]).strip(), "line": v.get("line")} if isinstance(v, dict) else \
+            {"why": str(v).strip(), "line": None}
+    return out
+
+
+def why(note: dict | None, diff: str) -> str:
+    if note is None:
+        return "not reviewed yet."
+    added = [line[1:].strip() for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    if note["line"] is not None and str(note["line"]).strip() not in added:
+        return "not reviewed yet (the note for this name was written for another mutation: its function changed)."
+    return note["why"]
 
 
 def summary(stamp: dict, files: list[str], tests: list[str], workers: int, results: dict, diffs: dict,
-            finished: bool, minutes: float, notes: dict[str, str] | None = None, keyword: str | None = None,
+            finished: bool, minutes: float, notes: dict[str, dict] | None = None, keyword: str | None = None,
             reused: bool = False) -> str:
     notes = notes or {}
     cmd = "python scripts/mutation.py --files " + " ".join(files) + f" --workers {workers}" + \
@@ -191,7 +206,7 @@ def summary(stamp: dict, files: list[str], tests: list[str], workers: int, resul
     if not survivors:
         lines.append("None.")
     for f, m in survivors:
-        lines += [f"### `{m}`", "", "Why: " + notes.get(m, "not reviewed yet."), "", "```diff",
+        lines += [f"### `{m}`", "", "Why: " + why(notes.get(m), diffs.get(m, "")), "", "```diff",
                   diffs.get(m, "").strip(), "```", ""]
     others = [(m, s) for f in files for m, s in results.get(f, {}).items()
               if s not in KILLED and s not in ("survived", "not checked")]
