@@ -4,6 +4,8 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
@@ -178,3 +180,23 @@ def checked(inst, method: str, plans):
         assert m.pad_tokens == ref["pad_tokens"]
     assert len(r.shapes) <= inst.cfg.shapes.max_unique
     return r
+
+
+@contextmanager
+def lock_held_elsewhere(folder: Path):
+    """Another run (a thread here) holds the output folder's lock while the body runs."""
+    from solver.commands import output
+    held, release = threading.Event(), threading.Event()
+
+    def holder():
+        with output.folder_lock(folder):
+            held.set()
+            release.wait(10)
+    t = threading.Thread(target=holder)
+    t.start()
+    held.wait(10)
+    try:
+        yield
+    finally:
+        release.set()
+        t.join()

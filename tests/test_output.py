@@ -4,12 +4,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import threading
 
 import pytest
 
 from solver.commands import output
 from solver.commands.cli import solve_main, verify_main
+from tests.helpers import lock_held_elsewhere
 from tests.test_hostile import check_consistent_set, seed_folder, snapshot
 
 GREEDY = ["--quiet", "--no-plots", "--method", "greedy"]
@@ -147,20 +147,8 @@ def test_second_run_waits_then_stops_on_the_lock(seeded, tmp_path, monkeypatch, 
     folder = copy(seeded, tmp_path)
     old = snapshot(folder / "out")
     monkeypatch.setattr(output, "LOCK_WAIT_S", 0.3)
-    held, release = threading.Event(), threading.Event()
-
-    def holder():
-        with output.folder_lock(folder / "out"):
-            held.set()
-            release.wait(10)
-    t = threading.Thread(target=holder)
-    t.start()
-    held.wait(10)
-    try:
+    with lock_held_elsewhere(folder / "out"):
         assert solve_main(new_run_args(folder, "replace")) == 1
-    finally:
-        release.set()
-        t.join()
     err = capsys.readouterr().err
     assert "another shapeplan run is writing this output folder" in err and err.count("\n") == 1
     assert snapshot(folder / "out") == old

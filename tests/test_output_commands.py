@@ -6,13 +6,13 @@ import csv
 import io
 import json
 import os
-import threading
 
 import pytest
 
 from solver.commands import output
 from solver.commands.cli import analyze_main, calibrate_main, solve_main, sweep_main
 from solver.commands.sweep import parse_sets, run_sweep, solve_point
+from tests.helpers import lock_held_elsewhere
 from tests.hostile_cases import GOOD_PROFILE
 from tests.test_hostile import seed_folder, snapshot
 
@@ -91,20 +91,8 @@ def test_resume_reads_a_broken_table_as_one_error(folder, capsys):
 def test_sweep_waits_then_stops_on_the_lock(folder, monkeypatch, capsys):
     out = folder / "sweep"
     monkeypatch.setattr(output, "LOCK_WAIT_S", 0.3)
-    held, release = threading.Event(), threading.Event()
-
-    def holder():
-        with output.folder_lock(out):
-            held.set()
-            release.wait(10)
-    t = threading.Thread(target=holder)
-    t.start()
-    held.wait(10)
-    try:
+    with lock_held_elsewhere(out):
         assert sweep_main([str(folder / "config.yaml"), *SWEEP, "--out", str(out)]) == 1
-    finally:
-        release.set()
-        t.join()
     assert "another shapeplan run is writing this output folder" in capsys.readouterr().err
     assert not (out / "sweep.csv").exists()
 
