@@ -183,12 +183,15 @@ CASES = {
                                 CHEAP_COMPILE),
     # the binding p95 limit on the second row of its bucket (after a loose pad limit)
     "p95_second_row": ({"a": LAT}, {"a": {"pad_ratio": 10.0, "p95_latency_ms": 560}}, 2, 3, None, {}),
+    # a bucket's cost limit counting the compile cost of the shapes it uses (spec 4b; met by the optimum)
+    "compile_in_bucket_cost": ({"a": SIX}, {"a": {"cost": 8.0e8}}, 2, 3, None,
+                               {"cost_model": {"compile_in_bucket_cost": True}}),
     # the short prompts (own shape 64) have the long gens; the shortest gen belongs to a longer prompt
     "own_level_long_gens": ({"a": ([20, 20, 100], [50, 50, 1])}, {}, 2, 3, None, CHEAP_COMPILE),
 }
 # cases whose limits or objective must change the answer: the unconstrained / cost-only optimum breaks
 # a limit (or is worse under the objective given)
-LIMIT_CASES = [n for n in CASES if n not in ("candidates", "weights", "own_level_long_gens")]
+LIMIT_CASES = [n for n in CASES if n not in ("candidates", "weights", "own_level_long_gens", "compile_in_bucket_cost")]
 
 
 def build(tmp_path, name):
@@ -355,3 +358,26 @@ def test_pairs_to_plan_chunks_a_class_from_its_longest_gen_down(tmp_path):
     plan = as_assignment(pairs_to_plan(cfg, b, x))
     assert validity_errors(cfg, reqs, {"a": plan}) == []
     assert batches_by_gen(reqs["a"], plan) == (CHUNKED, {128})
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_cpsat_hint_of_the_optimum_is_a_solution_at_its_value(solved, name):
+    """The CP-SAT hint made from the brute-force optimum (plan_to_classes, add_hint), every hinted variable
+    fixed to its hint: the model is feasible there and its objective is the optimum's. A hint that misses
+    a variable, miscounts a class or sets a slack wrong is infeasible or priced differently."""
+    from ortools.sat.python import cp_model
+
+    cfg, reqs, best = solved(name)
+    shapes, groups = model_terms(cfg, reqs)
+    model = ShapeModel(cfg, shapes, groups, cfg.objective.weight_map(), best.objective, reqs)
+    model.add_hint({n: plan_to_classes(cfg, r, shapes, groups[n], BucketPlan(np.asarray(best.assignment[n].batch_of),
+                                                                               np.asarray(best.assignment[n].seq_align)))
+                    for n, r in reqs.items()})
+    solver = cp_model.CpSolver()
+    solver.parameters.fix_variables_to_their_hinted_value = True
+    solver.parameters.num_workers = 1
+    solver.parameters.max_time_in_seconds = TIME_LIMIT_S
+    status = solver.Solve(model.model)
+    assert status in (cp_model.OPTIMAL, cp_model.FEASIBLE), solver.StatusName(status)
+    assert model.to_real(solver.ObjectiveValue()) == pytest.approx(best.objective, rel=1e-6)
+    assert {key: solver.Value(s) for key, s in model.slack.items()} == {key: 0 for key in model.slack}  # limits met
