@@ -248,6 +248,18 @@ def lns_sets(cfg: Config) -> int | None:
 def model_plan(cfg: Config, req, space, groups, sol) -> BucketPlan:
     """One bucket's plan from the CP-SAT solution, each shape's first use placed where the model put it (or,
     where it placed none, where it hurts least)."""
+    try:
+        return model_plan_exact(cfg, req, space, groups, sol)
+    except (AssertionError, StopIteration) as err:          # a bug: keep the batches, place the warm-ups ourselves
+        log.error("cpsat: the model's first-use leads of %s could not be placed (%s); placed by the writer",
+                  req.bucket, err or type(err).__name__)
+    plan = classes_to_plan(cfg, req, space, groups, sol.v.get(req.bucket), sol.m[req.bucket],
+                           sol.bucket_use.get(req.bucket), sol.wo.get(req.bucket))
+    return place_first_use(cfg, req, plan)
+
+
+def model_plan_exact(cfg: Config, req, space, groups, sol) -> BucketPlan:
+    """model_plan without its fallback (tests use it to see the model alone)."""
     n = req.bucket
     plan = classes_to_plan(cfg, req, space, groups, sol.v.get(n), sol.m[n], sol.bucket_use.get(n),
                            sol.wo.get(n), sol.lead.get(n))

@@ -9,7 +9,7 @@ import pytest
 
 from models.cpsat_model import ShapeModel
 from models.instance import Instance, group_bucket, model_space
-from solver.pipeline import model_plan
+from solver.pipeline import model_plan_exact
 from tests.brute import BucketAssignment, broken_limits, objective_of, plan_metrics, plan_value
 from tests.helpers import set_partitions
 from tests.test_models_alone import config
@@ -70,7 +70,7 @@ def cpsat_alone(cfg, reqs):
     sol = model.solve(20, 2, 0, progress=False)
     if sol.objective is None:
         return sol, None
-    plans = {n: model_plan(cfg, reqs[n], space, groups[n], sol) for n in groups}
+    plans = {n: model_plan_exact(cfg, reqs[n], space, groups[n], sol) for n in groups}
     return sol, as_assignments(plans)
 
 
@@ -269,3 +269,22 @@ def test_global_bound_in_context_mode_below_the_optimum(tmp_path, limits, extra)
     res = GlobalBound(Instance(cfg, reqs), cfg.objective.weight_map(), 1e9, max_caps=100).run(30, progress=False)
     assert res.converged and res.bound <= best * (1 + 1e-9)
     assert res.bound >= 0.5 * best
+
+
+def test_leads_that_cannot_be_placed_fall_back_to_the_writer(tmp_path, caplog):
+    """A solution whose leads cannot be matched to its shapes (here: none at all) is a bug; the run still gets a
+    valid plan, each warm-up placed by the writer, and says so in the log."""
+    from solver.pipeline import model_plan
+    from solver.verify import verify_plans
+    cfg, reqs = config(tmp_path, {"a": (PROMPTS, GENS)}, {"a": {"sequential_time_ms": 1e9}}, k=2, batch=3,
+                       cost_model=TASK)
+    inst = Instance(cfg, reqs)
+    space = model_space(cfg, np.asarray(inst.all_shapes), reqs, 64)
+    groups = {n: group_bucket(r, space.levels, 48, level=space.level_of(r)) for n, r in reqs.items()}
+    sol = ShapeModel(cfg, space, groups, cfg.objective.weight_map(), 1e10, reqs).solve(20, 2, 0, progress=False)
+    sol.lead["a"] = np.zeros_like(sol.lead["a"])
+    with pytest.raises(StopIteration):
+        model_plan_exact(cfg, reqs["a"], space, groups["a"], sol)
+    plan = model_plan(cfg, reqs["a"], space, groups["a"], sol)
+    assert verify_plans(cfg, reqs, {"a": plan}) == []
+    assert "could not be placed" in caplog.text
