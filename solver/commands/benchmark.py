@@ -6,6 +6,14 @@ quotes) and bench/size_sweep.png (time and memory against trace size). Both resu
 commit they ran on (`git rev-parse HEAD`) and whether the work tree had changes (`git status`).
 Generated traces, configs and plans go under --work-dir (default: the repository's data/generated
 and out/bench).
+
+`--ray` (opt-in, and then only that) measures the Ray sweep backend against the local one (issue 21): a
+16-point sweep of the default config under a CP-SAT work limit (`--deterministic-time`, so the rows
+depend on the inputs alone), `--workers 1`, once with `--jobs 2` and once on a local Ray instance,
+each run by scripts/sweep.py in a child process; the two sweep.csv must be equal byte for byte (it
+has no wall-time column) and the overhead per point is (Ray wall - local wall) / 16. `--ray-cluster`
+adds a run on a head plus a second node of 1 CPU each, started here with `ray start` on 127.0.0.1
+and stopped by PID afterwards. Results: bench/ray.md.
 """
 from __future__ import annotations
 
@@ -13,9 +21,14 @@ import argparse
 import csv
 import json
 import logging
+import os
+import re
 import resource
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,6 +43,12 @@ SIZES = (1_000, 10_000, 100_000, 1_000_000)
 STAGES = ("load", "bounds", "heuristics", "cpsat", "polish", "postprocess", "verify")
 COLUMNS = ("commit", "dirty", "run", "entry", "requests", "method", "objective", "total_cost", "best_bound", "gap",
            "bound_global", "vs_cpsat", "limits_hold", "margins", "status", "method_s") + tuple(f"{s}_s" for s in STAGES) + ("wall_s", "peak_mem_mib")
+RAY_GRID = ("shapes.max_unique=4,6,8,12", "batching.max_batch_size=32,48,64,96")
+RAY_POINTS = 16
+# a second Ray node on this machine: no token auth (a CLI head turns it on), loopback kept as given
+RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+RAY_CLI = ("from ray._private import services; services.resolve_ip_for_localhost = lambda host: host; "
+           "from ray.scripts.scripts import main; main()")
 log = logging.getLogger(__name__)
 
 
@@ -131,12 +150,15 @@ def fmt(value, spec: str) -> str:
     return format(value, spec)
 
 
+def stamp_line(stamp: dict) -> str:
+    tree = {True: "work tree with uncommitted changes", False: "clean work tree", None: "work tree unknown"}
+    return f"Run on commit `{stamp['commit']}` ({tree[stamp['dirty']]})."
+
+
 def markdown(rows: list[dict], stamp: dict | None = None) -> str:
     """The commit line, then two tables: per entry (stage times, memory, CP-SAT's proof), then every
     method against CP-SAT."""
-    stamp = stamp or git_stamp()
-    tree = {True: "work tree with uncommitted changes", False: "clean work tree", None: "work tree unknown"}
-    head = [f"Run on commit `{stamp['commit']}` ({tree[stamp['dirty']]}).", ""]
+    head = [stamp_line(stamp or git_stamp()), ""]
     heads = ["entry", "requests", "load s", "bounds s", "heuristics s", "cpsat s", "polish s", "postprocess s", "verify s",
              "wall s", "peak MiB", "cpsat cost", "bound", "gap", "bound scope", "status"]
     lines = head + ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
@@ -176,6 +198,124 @@ def size_plot(rows: list[dict], path: Path) -> None:
                    [r["peak_mem_mib"] for r in pts], {s: [r[f"{s}_s"] for r in pts] for s in STAGES}, path)
 
 
+# --- the Ray sweep backend against the local one (--ray) ----------------------------------------------
+
+def sweep_run(name: str, flags: list[str], args, env: dict | None = None) -> dict:
+    """The 16-point sweep by scripts/sweep.py with `flags`, in a child process, into
+    work-dir/out/bench/ray/<name>: its wall time, the first-to-last-point time of its last progress line
+    and the Ray layout it logged."""
+    out = args.work_dir / "out" / "bench" / "ray" / name
+    cmd = [sys.executable, str(ROOT / "scripts" / "sweep.py"), str(ROOT / SUITE["default"]),
+           *[a for s in RAY_GRID for a in ("--set", s)], "--deterministic-time", str(args.ray_deterministic_time),
+           "--workers", "1", "--out", str(out), *flags]
+    print(f"[bench] ray: {name}: sweep.py ... {' '.join(flags)}", flush=True)
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | (env or {})
+    start = time.monotonic()
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
+    wall = time.monotonic() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"sweep {name} failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
+    elapsed = re.findall(r"sweep: \d+/\d+ done.*?, (\d+) s elapsed", done.stderr)
+    layout = re.findall(r"ray: (\d+ tasks on .*)", done.stderr)
+    return {"run": name, "flags": " ".join(flags), "wall_s": wall, "elapsed_s": float(elapsed[-1]) if elapsed else None,
+            "layout": layout[-1] if layout else "", "csv": out / "sweep.csv"}
+
+
+def compare_csv(ref: Path, other: Path) -> str:
+    """`byte-identical`, or how many data rows differ (sweep.csv has no wall-time column: every cell must match)."""
+    a, b = ref.read_bytes(), other.read_bytes()
+    if a == b:
+        return "byte-identical"
+    ra, rb = a.decode().splitlines(), b.decode().splitlines()
+    if ra[:1] != rb[:1]:
+        return "different columns"
+    differ = sum(x != y for x, y in zip(ra[1:], rb[1:])) + abs(len(ra) - len(rb))
+    return f"{differ} of {max(len(ra), len(rb)) - 1} rows differ"
+
+
+def ray_markdown(runs: list[dict], stamp: dict, deterministic_time: float, load: tuple) -> str:
+    """bench/ray.md: every run against the first (local), with the issue's targets checked."""
+    ref = runs[0]
+    lines = [stamp_line(stamp), "",
+             f"{RAY_POINTS}-point sweep of `{SUITE['default']}` (`{' x '.join(RAY_GRID)}`), "
+             f"`--deterministic-time {deterministic_time:g} --workers 1`; load average {load[0]:.1f} "
+             f"{load[1]:.1f} {load[2]:.1f} at the start, {os.cpu_count()} cores.", "",
+             "| run | sweep.py flags | wall s | first to last point s | sweep.csv | overhead per point s | Ray layout |",
+             "|---|---|---|---|---|---|---|"]
+    for r in runs:
+        same = "reference" if r is ref else r["same"]
+        over = "-" if r is ref else f"{r['overhead_s']:+.2f}"
+        lines.append(f"| {r['run']} | `{r['flags']}` | {r['wall_s']:.1f} | {fmt(r['elapsed_s'], '.0f')} | {same} | "
+                     f"{over} | {r['layout'] or '-'} |")
+    lines.append("")
+    for r in runs[1:]:
+        ok = r["same"] == "byte-identical" and r["overhead_s"] <= 1.0
+        lines.append(f"- {r['run']}: same CSV {'yes' if r['same'] == 'byte-identical' else 'NO'}, overhead "
+                     f"{r['overhead_s']:+.2f} s per point (target at most 1 s, Ray's start included): "
+                     f"{'met' if ok else 'NOT met'}.")
+    return "\n".join(lines)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ray_cli(args: list[str], temp: str) -> None:
+    """`ray start ...` through Ray's CLI with 127.0.0.1 kept as given (the CLI would swap in the routable address)."""
+    subprocess.run([sys.executable, "-c", RAY_CLI, "start", *args, "--node-ip-address", "127.0.0.1",
+                    "--temp-dir", temp, "--include-dashboard", "false"], check=True, capture_output=True,
+                   env=os.environ | RAY_ENV)
+
+
+def ray_pids(temp: str) -> list[int]:
+    """The processes of the Ray instance under `temp` (each names its session dir on its command line)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and temp.encode() in (proc / "cmdline").read_bytes():
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return pids
+
+
+def stop_pids(pids: list[int]) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        time.sleep(3)
+
+
+def cluster_run(args) -> dict:
+    """The sweep on a head plus a second node of 1 CPU each, both started here on 127.0.0.1 (own temp dir)
+    and stopped by PID afterwards, whatever else runs Ray on this machine."""
+    temp, port = tempfile.mkdtemp(prefix="rb", dir="/tmp"), free_port()
+    address = f"127.0.0.1:{port}"
+    try:
+        ray_cli(["--head", "--num-cpus", "1", "--port", str(port)], temp)
+        ray_cli(["--address", address, "--num-cpus", "1"], temp)
+        return sweep_run("cluster", ["--backend", "ray", "--address", address], args, RAY_ENV)
+    finally:
+        stop_pids(ray_pids(temp))
+
+
+def run_ray(args) -> str:
+    """Local `--jobs 2`, a local Ray instance and (with --ray-cluster) two Ray nodes: bench/ray.md."""
+    load = os.getloadavg()
+    runs = [sweep_run("local", ["--jobs", "2"], args), sweep_run("ray", ["--backend", "ray"], args)]
+    if args.ray_cluster:
+        runs.append(cluster_run(args))
+    for r in runs[1:]:
+        r["same"] = compare_csv(runs[0]["csv"], r["csv"])
+        r["overhead_s"] = (r["wall_s"] - runs[0]["wall_s"]) / RAY_POINTS
+    return ray_markdown(runs, git_stamp(), args.ray_deterministic_time, load)
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="benchmark.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -188,6 +328,11 @@ def parse_args(argv):
     p.add_argument("--out", type=Path, default=ROOT / "bench", help="where results.csv/.md/.png go")
     p.add_argument("--work-dir", type=Path, default=ROOT, help="where generated traces (data/generated) and "
                    "configs and plans (out/bench) go")
+    p.add_argument("--ray", action="store_true", help="only the Ray sweep backend against the local one: "
+                   "bench/ray.md (see above; about 15 min on 2 cores)")
+    p.add_argument("--ray-cluster", action="store_true", help="with --ray: also a head plus a second node "
+                   "started with `ray start` on this machine")
+    p.add_argument("--ray-deterministic-time", type=float, default=1.0, help="CP-SAT work limit per sweep point")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--methods", default="all", help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -225,6 +370,12 @@ def main(argv=None) -> int:
     if args.child:
         logging.basicConfig(level=logging.WARNING)
         print(json.dumps(run_entry(args.child, args.methods, args.time_limit, args.out)))
+        return 0
+    if args.ray or args.ray_cluster:
+        table = run_ray(args)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "ray.md").write_text(table + "\n")
+        print(table + f"\n\nwrote {args.out / 'ray.md'}")
         return 0
     stamp = git_stamp()
     rows = [dict(stamp, **row) for row in run_suite(args) + run_sizes(args)]
