@@ -165,13 +165,20 @@ def load_notes(path: Path) -> dict[str, dict]:
     return out
 
 
-def why(note: dict | None, diff: str) -> str:
-    if note is None:
-        return "not reviewed yet."
+def why(name: str, notes: dict[str, dict], diff: str) -> str:
+    """The reason noted for this mutant: its own note if written for this very mutation, else the note of a
+    mutant of the same function with the same mutated line (mutant numbers shift when a function changes)."""
     added = [line[1:].strip() for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
-    if note["line"] is not None and str(note["line"]).strip() not in added:
+    note = notes.get(name)
+    if note is not None and (note["line"] is None or str(note["line"]).strip() in added):
+        return note["why"]
+    function = name.rsplit("__mutmut_", 1)[0]
+    for other, n in notes.items():
+        if other.rsplit("__mutmut_", 1)[0] == function and n["line"] is not None and str(n["line"]).strip() in added:
+            return n["why"]
+    if note is not None:
         return "not reviewed yet (the note for this name was written for another mutation: its function changed)."
-    return note["why"]
+    return "not reviewed yet."
 
 
 def summary(stamp: dict, files: list[str], tests: list[str], workers: int, results: dict, diffs: dict,
@@ -206,7 +213,7 @@ def summary(stamp: dict, files: list[str], tests: list[str], workers: int, resul
     if not survivors:
         lines.append("None.")
     for f, m in survivors:
-        lines += [f"### `{m}`", "", "Why: " + why(notes.get(m), diffs.get(m, "")), "", "```diff",
+        lines += [f"### `{m}`", "", "Why: " + why(m, notes, diffs.get(m, "")), "", "```diff",
                   diffs.get(m, "").strip(), "```", ""]
     others = [(m, s) for f in files for m, s in results.get(f, {}).items()
               if s not in KILLED and s not in ("survived", "not checked")]
