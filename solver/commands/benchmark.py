@@ -45,7 +45,8 @@ COLUMNS = ("commit", "dirty", "run", "entry", "requests", "method", "objective",
            "bound_global", "vs_cpsat", "limits_hold", "margins", "status", "method_s") + tuple(f"{s}_s" for s in STAGES) + ("wall_s", "peak_mem_mib")
 RAY_GRID = ("shapes.max_unique=4,6,8,12", "batching.max_batch_size=32,48,64,96")
 RAY_POINTS = 16
-# a second Ray node on this machine: no token auth (a CLI head turns it on), loopback kept as given
+# two Ray nodes on this machine: no token auth (a CLI head turns it on, the second node has no token); the
+# driver stays on 127.0.0.1 (Ray's "no cluster" mode, which the second node's `ray start` refuses)
 RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 RAY_CLI = ("from ray._private import services; services.resolve_ip_for_localhost = lambda host: host; "
            "from ray.scripts.scripts import main; main()")
@@ -265,20 +266,27 @@ def free_port() -> int:
 def ray_cli(args: list[str], temp: str) -> None:
     """`ray start ...` through Ray's CLI with 127.0.0.1 kept as given (the CLI would swap in the routable address)."""
     subprocess.run([sys.executable, "-c", RAY_CLI, "start", *args, "--node-ip-address", "127.0.0.1",
-                    "--temp-dir", temp, "--include-dashboard", "false"], check=True, capture_output=True,
-                   env=os.environ | RAY_ENV)
+                    "--temp-dir", temp], check=True, capture_output=True,
+                   env=os.environ | {"RAY_AUTH_MODE": "disabled"})
 
 
 def ray_pids(temp: str) -> list[int]:
-    """The processes of the Ray instance under `temp` (each names its session dir on its command line)."""
-    pids = []
+    """The processes of the Ray instance under `temp`: those naming it on their command line (gcs, raylets)
+    and their descendants (agents and workers, which rename themselves `ray::...`)."""
+    mine, parent = set(), {}
     for proc in Path("/proc").iterdir():
         try:
-            if proc.name.isdigit() and temp.encode() in (proc / "cmdline").read_bytes():
-                pids.append(int(proc.name))
-        except OSError:
+            if proc.name.isdigit():
+                parent[int(proc.name)] = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                if temp.encode() in (proc / "cmdline").read_bytes():
+                    mine.add(int(proc.name))
+        except (OSError, ValueError, IndexError):
             continue
-    return pids
+    while True:
+        more = {pid for pid, ppid in parent.items() if ppid in mine} - mine
+        if not more:
+            return sorted(mine)
+        mine |= more
 
 
 def stop_pids(pids: list[int]) -> None:
@@ -297,7 +305,7 @@ def cluster_run(args) -> dict:
     temp, port = tempfile.mkdtemp(prefix="rb", dir="/tmp"), free_port()
     address = f"127.0.0.1:{port}"
     try:
-        ray_cli(["--head", "--num-cpus", "1", "--port", str(port)], temp)
+        ray_cli(["--head", "--num-cpus", "1", "--port", str(port), "--include-dashboard", "false"], temp)
         ray_cli(["--address", address, "--num-cpus", "1"], temp)
         return sweep_run("cluster", ["--backend", "ray", "--address", address], args, RAY_ENV)
     finally:
@@ -306,14 +314,14 @@ def cluster_run(args) -> dict:
 
 def run_ray(args) -> str:
     """Local `--jobs 2`, a local Ray instance and (with --ray-cluster) two Ray nodes: bench/ray.md."""
-    load = os.getloadavg()
+    stamp, load = git_stamp(), os.getloadavg()        # the commit the runs start on
     runs = [sweep_run("local", ["--jobs", "2"], args), sweep_run("ray", ["--backend", "ray"], args)]
     if args.ray_cluster:
         runs.append(cluster_run(args))
     for r in runs[1:]:
         r["same"] = compare_csv(runs[0]["csv"], r["csv"])
         r["overhead_s"] = (r["wall_s"] - runs[0]["wall_s"]) / RAY_POINTS
-    return ray_markdown(runs, git_stamp(), args.ray_deterministic_time, load)
+    return ray_markdown(runs, stamp, args.ray_deterministic_time, load)
 
 
 def parse_args(argv):
