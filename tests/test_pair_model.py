@@ -42,6 +42,15 @@ def test_column_generation_reaches_the_full_lp(tmp_path, prompts, gens, limits):
     """Pricing in from a few neighbours ends at the LP optimum over every pair."""
     cfg = tiny(tmp_path, prompts, gens, limits)
     reqs = requests_of(cfg)
+    full, lp, priced = full_lp_and_priced(cfg, reqs)
+    assert priced.converged
+    assert priced.columns <= sum(len(b.pg) for b in full.buckets.values())
+    assert priced.lp_value == pytest.approx(lp, rel=1e-7)
+    assert priced.lp_value <= brute_force(cfg, reqs) * (1 + 1e-9)
+
+
+def full_lp_and_priced(cfg, reqs):
+    """(the model with every pair written, its LP value, the pricing result from a few neighbours only)."""
     shapes = Instance(cfg, reqs).all_shapes
     _, full = model_for(cfg, reqs, shapes)
     write_all_pairs(full)
@@ -49,11 +58,7 @@ def test_column_generation_reaches_the_full_lp(tmp_path, prompts, gens, limits):
     _, cg = model_for(cfg, reqs, shapes)
     for b in cg.buckets.values():
         b.add_neighbours(span_i=0, span_j=0)
-    priced = cg.price_in(30)
-    assert priced.converged
-    assert priced.columns <= sum(len(b.pg) for b in full.buckets.values())
-    assert priced.lp_value == pytest.approx(full.value(res), rel=1e-7)
-    assert priced.lp_value <= brute_force(cfg, reqs) * (1 + 1e-9)
+    return full, full.value(res), cg.price_in(30)
 
 
 # --- mutation survivors of models/pair_model.py (bench/mutation_pair_polish.md) ----------------------
@@ -206,17 +211,9 @@ def test_column_generation_over_two_buckets(tmp_path):
                        shapes={"max_unique": 3, "granularity": 64}, batching={"max_batch_size": 3},
                        solver={"time_limit_s": 10, "workers": 2, "log_progress": False})
     cfg = load(path)
-    reqs = requests_of(cfg)
-    shapes = Instance(cfg, reqs).all_shapes
-    _, full = model_for(cfg, reqs, shapes)
-    write_all_pairs(full)
-    res, _, _ = full.solve(30)
-    _, cg = model_for(cfg, reqs, shapes)
-    for b in cg.buckets.values():
-        b.add_neighbours(span_i=0, span_j=0)
-    priced = cg.price_in(30)
+    _, lp, priced = full_lp_and_priced(cfg, requests_of(cfg))
     assert priced.converged
-    assert priced.lp_value == pytest.approx(full.value(res), rel=1e-7)
+    assert priced.lp_value == pytest.approx(lp, rel=1e-7)
 
 
 class Ticks:
