@@ -253,3 +253,30 @@ def test_coarse_groups_keep_the_class_caps(tmp_path, prompts, gens, limits):
     res, _, _ = model.solve(30, integral=True)
     assert res.status == 0
     assert model.value(res) == pytest.approx(brute_force(cfg, reqs), rel=1e-6)
+
+
+@pytest.mark.parametrize("limits", [{"sequential_time_ms": 300, "pad_ratio": 0.5},
+                                    {"pad_ratio": 0.5, "p95_latency_ms": 120}])
+def test_limit_duals_are_the_lp_value_per_unit_of_limit(tmp_path, limits):
+    """Each limit's dual (what pricing reads) equals the LP value's change per unit of that limit's right-hand
+    side, measured by re-solving with the limit moved a little (sensitivity, independent of the dual rows)."""
+    cfg = tiny(tmp_path, *WIDE, limits, k=3, batch=3)
+    reqs = requests_of(cfg)
+    shapes = Instance(cfg, reqs).all_shapes
+
+    def lp(shift: dict):
+        _, model = model_for(cfg, reqs, shapes)
+        write_all_pairs(model)
+        for key, delta in shift.items():
+            model.buckets["a"].rhs[key] += delta
+        res, rows, layout = model.solve(30)
+        assert res.status == 0
+        return model, res, rows, layout
+
+    model, res, rows, layout = lp({})
+    duals = model._duals(res, rows, layout["a"])[2]
+    assert all(value < 0 for value in duals.values())        # every limit binds in the LP
+    for key in model.buckets["a"].rows:
+        step = 1e-4 * max(abs(model.buckets["a"].rhs[key]), 1.0)
+        moved, res2, _, _ = lp({key: step})
+        assert duals[key] == pytest.approx((moved.value(res2) - model.value(res)) / step, rel=1e-3, abs=1e-3)
