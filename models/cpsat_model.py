@@ -30,7 +30,7 @@ from ortools.sat.python import cp_model
 
 from models.config import Config
 from models.cost import Costs
-from models.instance import BucketGroups, Space, aligned, limit_rhs
+from models.instance import BucketGroups, Space, aligned, as_space, limit_rhs
 
 log = logging.getLogger(__name__)
 SCALE = 1.0e12          # the scaled objective of the reference plan is about this, when it fits
@@ -64,8 +64,7 @@ def class_data(cfg: Config, costs: Costs, space: Space | np.ndarray, g: BucketGr
     Shape mode: a member's prefill and padding at seq_align or its own a(p) (per prefill_length and
     prompt_pad), decode from seq_align (decode_context: batch is then charged from seq_align, an upper
     estimate). Context mode: decode from the level, prefill and padding per request."""
-    if not isinstance(space, Space):
-        space = Space(np.asarray(space), np.asarray(space), np.arange(len(space)), False, cfg.shapes.granularity)
+    space = as_space(cfg, space)
     cm = cfg.cost_model
     lv = np.asarray(space.levels)[:, None].astype(np.float64)
     c = g.caps[None, :].astype(np.float64)
@@ -145,8 +144,7 @@ class ShapeModel:
     def __init__(self, cfg: Config, shapes, groups: dict[str, BucketGroups], weights: dict[str, float],
                  scale_ref: float, requests: dict | None = None):
         self.cfg, self.costs = cfg, Costs(cfg.cost_model)
-        self.space = shapes if isinstance(shapes, Space) else \
-            Space(np.asarray(shapes), np.asarray(shapes), np.arange(len(shapes)), False, cfg.shapes.granularity)
+        self.space = as_space(cfg, shapes)
         self.shapes = np.asarray(self.space.shapes, dtype=np.int64)
         self.levels = np.asarray(self.space.levels, dtype=np.int64)
         self.groups = groups

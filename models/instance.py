@@ -125,6 +125,14 @@ class Space:
         return np.searchsorted(self.levels, req.fit, side="left")
 
 
+def as_space(cfg: Config, shapes) -> Space:
+    """`shapes` as a Space: as it is when it is one, else shape mode (each candidate shape its own level)."""
+    if isinstance(shapes, Space):
+        return shapes
+    shapes = np.asarray(shapes)
+    return Space(shapes, shapes, np.arange(len(shapes)), False, cfg.shapes.granularity)
+
+
 def model_space(cfg: Config, shapes: np.ndarray, requests: dict[str, Requests], max_levels: int) -> Space:
     """Shape mode unless the semantics make a batch's numbers independent of its shape (and no token limit
     ties capacity to the shape): then class levels are the occurring aligned prompts (at most max_levels)."""
@@ -133,7 +141,7 @@ def model_space(cfg: Config, shapes: np.ndarray, requests: dict[str, Requests], 
     context = (cm.decode_context, cm.prefill_length, cm.prompt_pad) == ("batch", "request", "request") and \
         not cfg.batching.max_batch_tokens
     if not context:
-        return Space(shapes, shapes, np.arange(len(shapes)), False, gran)
+        return as_space(cfg, shapes)
     a = np.concatenate([aligned(r.prompt, gran) for r in requests.values()])
     fit = np.concatenate([r.fit for r in requests.values()])
     levels = np.asarray(prune_shapes(sorted(int(x) for x in np.unique(a)), a, set(), max_levels), dtype=np.int64)

@@ -34,7 +34,7 @@ from scipy.optimize import linprog
 from models.config import Config
 from models.cost import Costs
 from models.cpsat_model import class_data
-from models.instance import BucketGroups, Space, batch_classes, group_bucket, limit_rhs
+from models.instance import BucketGroups, Space, as_space, batch_classes, group_bucket, limit_rhs
 from models.plan import BucketPlan
 from models.requests import Requests
 
@@ -57,8 +57,7 @@ class BucketPairs:
 
     def __init__(self, cfg: Config, costs: Costs, shapes: Space | np.ndarray, req: Requests, limits: dict,
                  weights: dict[str, float], cls: BucketGroups, group_caps: int):
-        self.space = shapes if isinstance(shapes, Space) else \
-            Space(np.asarray(shapes), np.asarray(shapes), np.arange(len(shapes)), False, cfg.shapes.granularity)
+        self.space = as_space(cfg, shapes)
         self.req, self.shapes, self.caps = req, np.asarray(self.space.shapes), cls.caps
         self.levels = np.asarray(self.space.levels)
         grp = group_bucket(req, self.levels, group_caps, keep_caps=cls.caps, keep_all=True,
@@ -175,7 +174,7 @@ class PairModel:
     def __init__(self, cfg: Config, costs: Costs, shapes: Space | np.ndarray, requests: dict[str, Requests],
                  weights: dict[str, float], classes: dict[str, BucketGroups], reference: float,
                  group_caps: int = 2000):
-        self.shapes = np.asarray(shapes.shapes if isinstance(shapes, Space) else shapes, dtype=np.int64)
+        self.shapes = np.asarray(as_space(cfg, shapes).shapes, dtype=np.int64)
         self.max_unique = cfg.shapes.max_unique
         limits = {b.name: dict(b.limits.items()) for b in cfg.buckets}
         self.buckets = {n: BucketPairs(cfg, costs, shapes, r, limits[n], weights, classes[n], group_caps)

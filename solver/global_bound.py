@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from models.cpsat_model import class_data
-from models.instance import BucketGroups, Instance, Space, aligned, gen_ladder, limit_rhs, model_space
+from models.instance import BucketGroups, Instance, Space, aligned, batch_classes, gen_ladder, limit_rhs, model_space
 
 log = logging.getLogger(__name__)
 INF = math.inf
@@ -208,16 +208,11 @@ class GlobalBound:
         self.nrows += len(gs)
 
     def seed_plan(self, plans: dict) -> None:
-        """Write the pairs a plan uses (each batch at the smallest candidate holding it, its cap the ladder cap
-        at or below its longest gen), so the first LP already holds that plan, limits met if the plan meets them."""
+        """Write the pairs a plan uses (each batch at its class level as batch_classes gives it, its cap the ladder
+        cap at or below its longest gen), so the first LP already holds that plan, limits met if the plan meets them."""
         for b in self.buckets:
             plan, req = plans[b.name], b.req
-            if self.space.context_mode:
-                bi = plan.batch_max(self.space.level_of(req))[plan.batch_of]
-            else:
-                level = plan.batch_max(np.searchsorted(self.shapes, req.fit, side="left"))
-                lowered = np.searchsorted(self.shapes, plan.seq_align, side="right") - 1
-                bi = np.maximum(level, lowered)[plan.batch_of]
+            bi = batch_classes(req, plan, self.shapes, b.caps, self.space)[0][plan.batch_of]
             bj = (np.searchsorted(b.caps, plan.batch_max(req.gen), side="right") - 1)[plan.batch_of]
             lookup = np.full((len(self.space.levels), len(b.caps)), -1, dtype=np.int64)
             lookup[b.ci, b.cj] = np.arange(b.num_classes)

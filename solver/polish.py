@@ -59,7 +59,7 @@ def pairs_to_plan(cfg: Config, b: BucketPairs, x: np.ndarray, chosen: np.ndarray
     """Concrete batches from integral pair counts: each class chunked from its longest gen down, its batches at
     the smallest chosen shape (default: every shape) at or above the one its level needs."""
     req = b.req
-    chosen = np.ones(len(b.shapes), dtype=bool) if chosen is None else np.asarray(chosen, dtype=bool)
+    chosen = np.arange(len(b.shapes)) if chosen is None else np.flatnonzero(chosen)    # indices of the chosen shapes
     group = b.request_groups()
     counts = np.rint(x).astype(np.int64)
     order = np.argsort(group, kind="stable")
@@ -78,7 +78,7 @@ def pairs_to_plan(cfg: Config, b: BucketPairs, x: np.ndarray, chosen: np.ndarray
     cuts = np.flatnonzero(np.r_[True, class_of[key][1:] != class_of[key][:-1], True])
     sizes, seq = [], []
     for lo, hi in zip(cuts[:-1], cuts[1:]):
-        s = int(b.shapes[np.flatnonzero(chosen)[np.searchsorted(np.flatnonzero(chosen), b.link[class_of[key[lo]]])]])
+        s = int(b.shapes[chosen[np.searchsorted(chosen, b.link[class_of[key[lo]]])]])
         chunk = chunk_run(cfg, s, req.gen[key[lo:hi]])
         sizes += chunk
         seq += [s] * len(chunk)

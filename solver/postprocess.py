@@ -7,17 +7,10 @@ from dataclasses import dataclass
 
 from models.config import Config
 from models.cost import Costs
-from models.instance import BucketGroups, Space, aligned, batch_classes
+from models.instance import BucketGroups, Space, aligned, as_space, batch_classes
 from models.plan import BucketPlan, batch_id_strings
 from models.requests import Requests
 from solver.batching import chunk_run
-
-
-def as_space(cfg: Config, shapes) -> Space:
-    if isinstance(shapes, Space):
-        return shapes
-    shapes = np.asarray(shapes)
-    return Space(shapes, shapes, np.arange(len(shapes)), False, cfg.shapes.granularity)
 
 
 def levels(req: Requests, space: Space, caps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
