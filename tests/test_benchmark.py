@@ -90,3 +90,38 @@ def test_default_run_does_not_touch_ray(tmp_path, monkeypatch):
     monkeypatch.setattr(benchmark, "run_ray", lambda args: pytest.fail("the Ray entry ran by default"))
     assert main(["--only", "", "--sizes", "", "--out", str(tmp_path), "--work-dir", str(tmp_path)]) == 0
     assert (tmp_path / "results.md").exists() and not (tmp_path / "ray.md").exists()
+
+
+def bench_row(run, entry, gap, cost=1.0e12, wall=50.0, bound_global=True):
+    row = {"run": run, "entry": entry, "requests": 10, "time_limit": 60.0 if run == "suite" else 600.0,
+           "method": "cpsat", "total_cost": cost, "best_bound": cost * (1 - gap), "gap": gap,
+           "bound_global": bound_global, "status": "FEASIBLE", "wall_s": wall, "peak_mem_mib": 100.0,
+           "margins": "", "limits_hold": True, "vs_cpsat": 0.0, "method_s": 1.0}
+    return row | {f"{s}_s": 0.0 for s in benchmark.STAGES}
+
+
+def test_table_shows_the_gap_at_both_time_limits_and_checks_issue_16s_targets():
+    rows = [bench_row("suite", "default", 0.04), bench_row("long", "default", 0.02),
+            bench_row("suite", "azure", 0.004, bound_global=False), bench_row("suite", "1m", 0.0005, wall=90.0),
+            bench_row("size", "size_1000", 0.3)]
+    md = benchmark.markdown(rows, {"commit": "abc", "dirty": False}, (60.0, 600.0))
+    head = next(line for line in md.splitlines() if line.startswith("| entry | requests"))
+    assert "| gap at 60 s | gap at 600 s |" in head
+    default = next(line for line in md.splitlines() if line.startswith("| default |"))
+    assert "| 4.00% | global | 4.00% | 2.00% |" in default      # its own gap and scope, then at 60 s and 600 s
+    assert "| 2.00% | global | 4.00% | 2.00% |" in next(line for line in md.splitlines() if line.startswith("| default (long) |"))
+    assert "| 30.00% | global | - | - |" in next(line for line in md.splitlines() if line.startswith("| size_1000 |"))
+    assert "- default: cost 1e+12 <= 1.058e+12 met; gap 4.00% <= 5.00% at 60 s met; gap 2.00% <= 1.00% at 600 s NOT met" in md
+    assert "- azure: gap 0.40% <= 0.50% at 60 s NOT met" in md      # not a global bound: no target met
+    assert "- 1m: gap 0.05% <= 0.10% at 60 s met; wall 90.0 s <= 88 s NOT met" in md
+
+
+def test_long_runs_only_with_their_suite_entry(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(benchmark, "child", lambda config, methods, limit, out: calls.append(
+        (Path(config).name, methods, limit)) or {"rows": [], "requests": 0, "stages": {}, "wall_s": 0.0, "peak_mem_mib": 0.0})
+    benchmark.run_suite(benchmark.parse_args(["--only", "azure", "--out", str(tmp_path)]))
+    assert calls == [("azure_code.yaml", "all", 60.0)]
+    calls.clear()
+    benchmark.run_suite(benchmark.parse_args(["--only", "default", "--long-time-limit", "7", "--out", str(tmp_path)]))
+    assert calls == [("default.yaml", "all", 60.0), ("default.yaml", "cpsat", 7.0)]
