@@ -145,3 +145,136 @@ def test_model_alone_keeps_a_feasible_plan_under_a_real_valued_limit(tmp_path):
     best = brute_force(cfg, reqs)
     assert sol.status == "OPTIMAL" and all(v == 0 for v in sol.slack.values())
     assert sol.objective == pytest.approx(best, rel=1e-6)
+
+
+# --- solve() and the progress line, on the model alone ----------------------------------------------------
+
+def model_of(tmp_path, n=5, limits=None, k=2, batch=3, seed=0):
+    from solver.pipeline import load_all
+
+    rng = np.random.default_rng(seed)
+    prompts = [40, 100, 130, 60, 250] if n == 5 else rng.integers(20, 901, n)
+    gens = [10, 12, 30, 10, 5] if n == 5 else rng.integers(5, 301, n)
+    cfg = tiny(tmp_path, prompts, gens, limits, k=k, batch=batch)
+    reqs = load_all(cfg)
+    return cfg, reqs, built_model(cfg, reqs)
+
+
+def test_solve_returns_the_optimum_with_its_bound_and_decisions(tmp_path):
+    cfg, reqs, model = model_of(tmp_path)
+    sol = model.solve(10, 2, 0, progress=False)
+    best = brute_force(cfg, reqs)
+    assert sol.status == "OPTIMAL" and not sol.interrupted
+    assert sol.objective == pytest.approx(best, rel=1e-6)
+    assert best * (1 - 2e-5) <= sol.bound <= sol.objective * (1 + 1e-9)    # relative_gap_limit 1e-5
+    assert 0 < sol.solve_time_s < 10
+    assert sol.use.dtype == bool and 1 <= sol.use.sum() <= 2
+    assert sol.m["a"].dtype == np.int64 and sol.m["a"].sum() == 5             # every request in a class
+    assert sol.k["a"].sum() >= 2                                              # 5 requests, batches of 3
+
+
+def test_solve_maps_an_infeasible_model_to_no_objective_and_no_bound(tmp_path):
+    _, _, model = model_of(tmp_path)
+    model.model.add_bool_or([])                   # an empty clause: no solution exists
+    sol = model.solve(10, 1, 0, progress=False)
+    assert (sol.status, sol.objective, sol.bound, sol.interrupted) == ("INFEASIBLE", None, -np.inf, False)
+    assert sol.solve_time_s >= 0 and sol.use is None
+
+
+def test_solve_stopped_before_any_solution_is_unknown_with_a_valid_bound(tmp_path):
+    cfg, reqs, model = model_of(tmp_path, n=40, k=3, batch=4)
+    sol = model.solve(10, 1, 0, progress=False, deterministic_time=1e-9)
+    assert sol.status == "UNKNOWN" and sol.objective is None and not sol.interrupted
+    assert sol.solve_time_s < 10 and sol.bound <= objective_of_hint_free_plan(cfg, reqs)
+
+
+def objective_of_hint_free_plan(cfg, reqs):
+    """Any valid plan's cost bounds the optimum from above: every request alone at the largest shape."""
+    total = 0.0
+    for name, req in reqs.items():
+        ref = recompute(cfg, req, np.arange(len(req)), np.full(len(req), 960))
+        total += ref["cost"]
+    return total + cfg.cost_model.compile_cost[0] + cfg.cost_model.compile_cost[1] * 960 + \
+        cfg.cost_model.compile_cost[2] * 960 ** 2
+
+
+def hard_model(tmp_path):
+    """400 requests, 4 shapes, batches of 8, a sequential-time limit: not proven within seconds."""
+    return model_of(tmp_path, n=400, k=4, batch=8, seed=3, limits={"sequential_time_ms": 3e5})[2]
+
+
+def test_work_limit_reached_is_not_an_interruption(tmp_path):
+    sol = hard_model(tmp_path).solve(60, 1, 0, progress=False, deterministic_time=0.3)
+    assert sol.status == "FEASIBLE" and not sol.interrupted and sol.solve_time_s < 57
+
+
+def test_time_limit_reached_is_not_an_interruption(tmp_path):
+    sol = hard_model(tmp_path).solve(2, 1, 0, progress=False)
+    assert sol.status in ("FEASIBLE", "OPTIMAL") and not sol.interrupted     # FEASIBLE here (2 cores)
+
+
+def test_a_search_stopped_early_is_reported_interrupted(tmp_path, monkeypatch):
+    """stop_search at the first solution (as Ctrl-C does): FEASIBLE long before the limit, so interrupted."""
+    from models import cpsat_model
+
+    def first_and_stop(self):
+        self.best = self.to_real(self.objective_value)
+        self.stop_search()
+
+    monkeypatch.setattr(cpsat_model.Progress, "on_solution_callback", first_and_stop)
+    sol = hard_model(tmp_path).solve(60, 1, 0, progress=False)
+    assert sol.status == "FEASIBLE" and sol.interrupted and sol.objective is not None
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_progress_line_is_exact_and_throttled_to_one_per_two_seconds(monkeypatch, caplog):
+    from models import cpsat_model
+
+    clock = Clock()
+    monkeypatch.setattr(cpsat_model.time, "monotonic", clock)
+    p = cpsat_model.Progress(lambda x: x, True)
+    caplog.set_level("INFO", logger="models.cpsat_model")
+    p.best, p.bound = 10.0, 8.0
+    clock.now = 101.0
+    p.report(force=False)                               # 1 s after the start: too soon
+    assert caplog.messages == []
+    clock.now = 102.0
+    p.report(force=False)                               # exactly 2 s: printed
+    assert caplog.messages == ["cpsat  incumbent 10  bound 8  gap 20.000%  elapsed 2.0s"]
+    clock.now = 103.5
+    p.report(force=False)                               # 1.5 s after the last line
+    clock.now = 103.6
+    p.report(force=True)                                # a new incumbent is always printed
+    assert caplog.messages[1:] == ["cpsat  incumbent 10  bound 8  gap 20.000%  elapsed 3.6s"]
+    clock.now = 106.0
+    p.best, p.bound = None, 7.0
+    p.report(force=False)
+    assert caplog.messages[2:] == ["cpsat  incumbent none  bound 7  gap nan%  elapsed 6.0s"]
+    p.best = -4.0                                       # the gap is relative to |incumbent|
+    p.report(force=True)
+    assert caplog.messages[3:] == ["cpsat  incumbent -4  bound 7  gap -275.000%  elapsed 6.0s"]
+
+
+def test_progress_off_prints_nothing(monkeypatch, caplog):
+    from models import cpsat_model
+
+    caplog.set_level("INFO", logger="models.cpsat_model")
+    p = cpsat_model.Progress(lambda x: x, False)
+    p.best, p.bound = 10.0, 8.0
+    p.report(force=True)
+    assert caplog.messages == []
+
+
+def test_solve_streams_progress_in_real_units(tmp_path, caplog):
+    caplog.set_level("INFO", logger="models.cpsat_model")
+    cfg, reqs, model = model_of(tmp_path)
+    sol = model.solve(10, 1, 0, progress=True)
+    lines = [m for m in caplog.messages if m.startswith("cpsat  incumbent")]
+    assert lines and f"incumbent {sol.objective:.6g}" in lines[-1]
