@@ -186,9 +186,9 @@ def limit_rhs(limits: dict, g: BucketGroups, pad_const: float | None = None) -> 
 
 
 def batch_classes(req: Requests, plan: BucketPlan, shapes: np.ndarray, caps: np.ndarray, space: Space | None = None):
-    """Each batch's class on the model's terms: (level, gen cap level). In shape mode the level is the
-    smallest candidate holding the batch's members (never above its own seq_align); in context mode the
-    level of its longest aligned prompt. The cap level is the one of its longest gen."""
+    """Each batch's class on the model's terms: (level, gen cap level). In shape mode the level is its shape
+    (the largest candidate at or below its seq_align, and never below the smallest holding its members); in
+    context mode the level of its longest aligned prompt. The cap level is the one of its longest gen."""
     if space is not None and space.context_mode:
         return plan.batch_max(space.level_of(req)), np.searchsorted(caps, plan.batch_max(req.gen))
     top = plan.batch_max(np.searchsorted(shapes, req.fit, side="left"))
