@@ -278,3 +278,55 @@ def test_solve_streams_progress_in_real_units(tmp_path, caplog):
     sol = model.solve(10, 1, 0, progress=True)
     lines = [m for m in caplog.messages if m.startswith("cpsat  incumbent")]
     assert lines and f"incumbent {sol.objective:.6g}" in lines[-1]
+
+
+# --- limit rows scaled to integers: a relaxation, within the budget, and no looser than its resolution ---------
+
+def random_row(rng, integral):
+    n = int(rng.integers(1, 5))
+    big = rng.random() < 0.3
+    if integral:
+        coef = rng.integers(-50, 200, n).astype(float) * (float(2 ** 58) if big else 1.0)
+        rhs = float(rng.integers(-100, 3000)) * (float(2 ** 58) if big else 1.0)
+    else:
+        mag = 10.0 ** rng.uniform(-6, 15)
+        coef = rng.uniform(-0.3, 1.0, n) * mag
+        rhs = rng.uniform(-0.5, 30.0) * mag
+    ub = rng.integers(1, 40, n)
+    return [(float(a), f"x{i}", int(u)) for i, (a, u) in enumerate(zip(coef, ub))], rhs
+
+
+@pytest.mark.parametrize("integral", [True, False])
+def test_scaled_row_is_a_relaxation_within_budget_and_resolution(integral):
+    from models.cpsat_model import ROW_BUDGET, ROW_RESOLUTION
+
+    rng = np.random.default_rng(5 if integral else 6)
+    exact_rows = 0
+    for _ in range(400):
+        terms, rhs = random_row(rng, integral)
+        scaled, srhs, f = ShapeModel._scaled_row(None, terms, rhs, integral)
+        terms = [t for t in terms if t[0] != 0]   # a zero coefficient is dropped
+        assert [x for _, x, _ in scaled] == [x for _, x, _ in terms] and all(type(a) is int for a, _, _ in scaled)
+        assert sum(abs(a) * ub for a, _, ub in scaled) + abs(srhs) <= ROW_BUDGET * (1 + 1e-9) + 1
+        if integral and sum(abs(a) * ub for a, _, ub in terms) + abs(rhs) <= ROW_BUDGET:
+            exact_rows += 1                       # small integral rows are kept exactly
+            assert f == 1.0 and [a for a, _, _ in scaled] == [int(a) for a, _, _ in terms] and srhs == rhs
+        if not integral and sum(abs(a) * ub for a, _, ub in terms) + abs(rhs) < ROW_BUDGET / ROW_RESOLUTION:
+            assert ROW_RESOLUTION * 0.99 <= abs(srhs) <= ROW_RESOLUTION + 1 or abs(rhs) < 1   # the rhs in ~2**30 steps
+        for _ in range(30):
+            x = [int(rng.integers(0, ub + 1)) for _, _, ub in terms]
+            lhs = sum(a * v for (a, _, _), v in zip(terms, x))
+            slhs = sum(a * v for (a, _, _), v in zip(scaled, x))
+            if lhs <= rhs:                        # every assignment the row allows, the scaled row allows
+                assert slhs <= srhs
+            if lhs > rhs + (sum(x) + 1) / f:      # and it lets through no more than its resolution
+                assert slhs > srhs
+    assert (exact_rows > 50) == integral
+
+
+def test_scaled_row_of_a_tiny_real_limit_keeps_its_resolution():
+    from models.cpsat_model import ROW_RESOLUTION
+
+    scaled, srhs, f = ShapeModel._scaled_row(None, [(1e-4, "x", 10)], 1e-3, False)
+    assert f == pytest.approx(ROW_RESOLUTION / 1e-3) and srhs == pytest.approx(ROW_RESOLUTION, abs=1)
+    assert scaled[0][0] * 10 <= srhs < scaled[0][0] * 11          # x <= 10 allowed, x = 11 would not be
