@@ -330,3 +330,40 @@ def test_scaled_row_of_a_tiny_real_limit_keeps_its_resolution():
     scaled, srhs, f = ShapeModel._scaled_row(None, [(1e-4, "x", 10)], 1e-3, False)
     assert f == pytest.approx(ROW_RESOLUTION / 1e-3) and srhs == pytest.approx(ROW_RESOLUTION, abs=1)
     assert scaled[0][0] * 10 <= srhs < scaled[0][0] * 11          # x <= 10 allowed, x = 11 would not be
+
+
+# --- which buckets place first-use leads, and which judge max latency per member -----------------------------
+
+def leads_model(tmp_path, limits, objective, first_use_ms=500, context=True):
+    from solver.pipeline import load_all
+
+    cm = {"prefill_length": "request", "decode_context": "batch", "prompt_pad": "request"} if context else {}
+    path = make_config(tmp_path, {"a": rows_from([40, 100, 130], [10, 12, 30])}, {"a": limits},
+                       shapes={"max_unique": 2}, batching={"max_batch_size": 2},
+                       cost_model={**cm, "first_use_ms": first_use_ms}, objective=objective,
+                       solver={"log_progress": False})
+    cfg = load(path)
+    return built_model(cfg, load_all(cfg))
+
+
+@pytest.mark.parametrize("limits,objective,first_use_ms,expected", [
+    ({}, {"minimize": "cost"}, 500, False),                                       # nothing a warm-up changes
+    ({}, {"weights": {"cost": 1.0, "sequential_time_ms": 0.5}}, 500, True),       # it lengthens the objective
+    ({}, {"minimize": "sequential_time_ms"}, 0, False),                           # no warm-up at all
+    ({"sequential_time_ms": 1e9}, {"minimize": "cost"}, 500, True),
+    ({"p95_latency_ms": 1e9}, {"minimize": "cost"}, 500, True),
+    ({"max_latency_ms": 1e9}, {"minimize": "cost"}, 500, True),
+    ({"pad_ratio": 9.0}, {"minimize": "cost"}, 500, False),
+])
+def test_first_use_leads_only_where_a_warm_up_matters(tmp_path, limits, objective, first_use_ms, expected):
+    model = leads_model(tmp_path, limits, objective, first_use_ms)
+    assert model.leads["a"] is expected and (len(model.e) > 0) is expected
+
+
+def test_max_latency_is_judged_per_member_in_an_origin_bucket(tmp_path):
+    origin = leads_model(tmp_path, {"max_latency_ms": 1e9, "pad_ratio": 9.0}, {"minimize": "cost"})
+    assert origin.origin["a"] and origin.class_limits("a") == {"pad_ratio": 9.0}
+    assert origin.limits["a"] == {"max_latency_ms": 1e9, "pad_ratio": 9.0}         # the bucket's own stay whole
+    (tmp_path / "s").mkdir()
+    shape = leads_model(tmp_path / "s", {"max_latency_ms": 1e9}, {"minimize": "cost"}, context=False)
+    assert not shape.origin["a"] and shape.class_limits("a") == {"max_latency_ms": 1e9}
