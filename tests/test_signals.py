@@ -121,3 +121,14 @@ def test_ctrl_c_during_the_swap_is_deferred_until_the_set_is_in(tmp_path, monkey
     assert "pictures and exports skipped" in capsys.readouterr().err
     check_consistent_set(folder, folder / "out")
     assert not (folder / "out" / "t.png").exists()
+
+
+@pytest.mark.parametrize("used,limit,stopped", [
+    (4.78, 5.1, False),     # measured: a 5 s search that ran to its limit, timed 0.3 s short by our clock
+    (0.5, 10.0, True), (8.9, 10.0, True), (9.4, 10.0, False), (94.0, 100.0, True), (96.0, 100.0, False),
+    (0.2, 1.0, False),      # a 1 s search cannot be told from a stop by the clock alone
+])
+def test_cpsat_counts_as_stopped_only_well_before_its_limit(used, limit, stopped):
+    from solver.pipeline import early
+
+    assert early(used, limit) is stopped
