@@ -170,7 +170,7 @@ class ShapeModel:
         # limits can be met, and the bound stays valid for the hard-limit problem
         self.rows: dict[tuple[str, str], tuple[list, float, bool]] = {}
         self.slack: dict[tuple[str, str], cp_model.IntVar] = {}
-        self.slack_rows: dict[tuple[str, str], tuple] = {}      # key: (scaled terms, rhs, unit), for the hint
+        self.slack_rows: dict[tuple[str, str], tuple] = {}      # key: (scaled terms, rhs, unit, slack top), for the hint
         self.hinted: dict[int, int] = {}                         # variable index: hinted value
         self._make_variables()
         self._add_shape_count()
@@ -515,7 +515,7 @@ class ShapeModel:
             top = max(1, math.ceil(excess / unit))
             slack = self.model.new_int_var(0, top, f"slack[{key[0]},{key[1]}]")
             self.slack[key] = slack
-            self.slack_rows[key] = (scaled, srhs, unit)
+            self.slack_rows[key] = (scaled, srhs, unit, top)
             self.model.add(sum(a * x for a, x, _ in scaled) <= srhs + unit * slack)
             out.append(max(1, math.floor(min(rate * unit, budget / top))) * slack)
         return out
@@ -560,9 +560,8 @@ class ShapeModel:
 
     def _hint_slacks(self):
         """Each limit's slack at what the hinted plan needs (0 when it meets the row), so the hint is complete."""
-        for key, (scaled, srhs, unit) in self.slack_rows.items():
+        for key, (scaled, srhs, unit, top) in self.slack_rows.items():
             lhs = sum(a * self.hinted.get(x.index, 0) for a, x, _ in scaled)
-            top = self.slack[key].proto.domain[-1]
             self.model.add_hint(self.slack[key], min(max(0, -(-(lhs - srhs) // unit)), top))
 
     def _hint_origin(self, name: str, c):

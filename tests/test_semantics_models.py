@@ -288,3 +288,98 @@ def test_leads_that_cannot_be_placed_fall_back_to_the_writer(tmp_path, caplog):
     plan = model_plan(cfg, reqs["a"], space, groups["a"], sol)
     assert verify_plans(cfg, reqs, {"a": plan}) == []
     assert "could not be placed" in caplog.text
+
+
+# --- the hint of a placed plan, in context mode with first-use leads and origin flows --------------------------
+
+def context_model(cfg, reqs, scale_ref=1e10):
+    inst = Instance(cfg, reqs)
+    space = model_space(cfg, np.asarray(inst.all_shapes), reqs, 64)
+    groups = {n: group_bucket(r, space.levels, 48, level=space.level_of(r)) for n, r in reqs.items()}
+    return ShapeModel(cfg, space, groups, cfg.objective.weight_map(), scale_ref, reqs), space, groups
+
+
+def hint_plan(cfg, reqs, model, space, groups, assignment: dict):
+    """add_hint with plan_to_classes of placed plans {bucket: BucketAssignment with order and batch ids}."""
+    from models.plan import BucketPlan
+    from solver.postprocess import plan_to_classes
+    model.add_hint({n: plan_to_classes(cfg, reqs[n], space, groups[n],
+                                       BucketPlan(np.asarray(a.batch_of), np.asarray(a.seq_align),
+                                                  np.asarray(a.batch_ids), np.asarray(a.order)))
+                    for n, a in assignment.items()})
+
+
+def solve_fixed(model, keep=lambda var: True):
+    """CP-SAT on the model with every hinted variable that `keep` accepts fixed to its hint: (status, objective
+    in real units or None, slack values)."""
+    from ortools.sat.python import cp_model
+    fixed = model.model.clone()
+    proto = model.model.proto
+    for var, value in zip(proto.solution_hint.vars, proto.solution_hint.values):
+        if keep(proto.variables[var].name):
+            fixed.add(fixed.get_int_var_from_proto_index(var) == value)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.max_time_in_seconds = 20
+    status = solver.solve(fixed)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return solver.status_name(status), None, {}
+    return solver.status_name(status), model.to_real(solver.objective_value), \
+        {key: solver.value(fixed.get_int_var_from_proto_index(s.index)) for key, s in model.slack.items()}
+
+
+HINT_CASES = {                       # limits as factors of the unconstrained optimum's metrics; objective
+    "free, sequential objective": ({}, {"minimize": "sequential_time_ms"}, False),
+    "sequential binding": ({"sequential_time_ms": 0.9}, {"minimize": "cost"}, False),
+    "p95 binding": ({"p95_latency_ms": 0.95}, {"minimize": "cost"}, True),
+    "max latency binding": ({"max_latency_ms": 0.95}, {"minimize": "cost"}, True),
+    "p99 and weights": ({"p99_latency_ms": 1.0}, {"weights": {"cost": 1.0, "sequential_time_ms": 1.0e7}}, True),
+}
+
+
+@pytest.mark.parametrize("case", list(HINT_CASES))
+def test_hint_of_the_exhaustive_optimum_is_a_solution_at_its_value(tmp_path, case):
+    """Context mode, leads and (with latency limits) origin flows: the hint made from the exhaustive optimum's
+    placed plan, with every hinted variable fixed, is a solution of the model alone whose objective is that
+    optimum and whose slacks are all 0. A hint that misses a variable (has, leads, origin flows, slacks) or
+    miscounts one is infeasible there or priced differently."""
+    factors, objective, extra = HINT_CASES[case]
+    prompts, gens = (PROMPTS + [450], GENS + [8]) if extra else (PROMPTS, GENS)
+    cfg, reqs = config(tmp_path / "free", {"a": (prompts, gens)}, {"a": {}}, k=2, batch=3, cost_model=TASK,
+                       objective=objective)
+    _, plan = brute_force_4b(cfg, reqs)
+    free = plan_metrics(cfg, reqs, {"a": plan})["a"]
+    limits = {key: free[key] * f for key, f in factors.items()}
+    cfg, reqs = config(tmp_path / "lim", {"a": (prompts, gens)}, {"a": limits}, k=2, batch=3, cost_model=TASK,
+                       objective=objective)
+    best, plan = brute_force_4b(cfg, reqs)
+    model, space, groups = context_model(cfg, reqs, best)
+    assert model.leads["a"] and model.origin["a"]          # a warm-up matters: leads placed, origin flows
+    hint_plan(cfg, reqs, model, space, groups, {"a": plan})
+    proto = model.model.proto
+    free_vars = [i for i, v in enumerate(proto.variables) if len(set(v.domain)) > 1]
+    assert set(free_vars) <= set(proto.solution_hint.vars)                        # complete
+    status, value, slack = solve_fixed(model)
+    assert status == "OPTIMAL", status
+    assert value == pytest.approx(best, rel=1e-6)
+    assert all(v == 0 for v in slack.values())
+    assert len(slack) == len(set(limits) - {"max_latency_ms"})     # max latency is a hard bound on the cells
+
+
+@pytest.mark.parametrize("key,factor", [("sequential_time_ms", 0.8), ("p95_latency_ms", 0.8), ("cost", 0.9)])
+def test_hint_of_a_plan_breaking_a_limit_sets_the_least_slack(tmp_path, key, factor):
+    """The unconstrained optimum hinted under a limit it breaks: with every hinted variable fixed the model is
+    feasible (the slack hint covers the excess) and no dearer than with the slacks left free (the slack hint is
+    the least that does), and some slack is positive."""
+    prompts, gens = PROMPTS + [450], GENS + [8]
+    cfg, reqs = config(tmp_path / "free", {"a": (prompts, gens)}, {"a": {}}, k=2, batch=3, cost_model=TASK)
+    _, plan = brute_force_4b(cfg, reqs)
+    limit = plan_metrics(cfg, reqs, {"a": plan})["a"][key] * factor
+    cfg, reqs = config(tmp_path / "lim", {"a": (prompts, gens)}, {"a": {key: limit}}, k=2, batch=3, cost_model=TASK)
+    model, space, groups = context_model(cfg, reqs, 1e10)
+    hint_plan(cfg, reqs, model, space, groups, {"a": plan})
+    status, fixed, slack = solve_fixed(model)
+    assert status == "OPTIMAL", status
+    assert any(slack.values())
+    status, free_slack, _ = solve_fixed(model, keep=lambda name: not name.startswith("slack["))
+    assert status == "OPTIMAL" and fixed == pytest.approx(free_slack, rel=1e-12)
