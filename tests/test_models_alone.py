@@ -186,6 +186,13 @@ CASES = {
     # a bucket's cost limit counting the compile cost of the shapes it uses (spec 4b; met by the optimum)
     "compile_in_bucket_cost": ({"a": SIX}, {"a": {"cost": 8.0e8}}, 2, 3, None,
                                {"cost_model": {"compile_in_bucket_cost": True}}),
+    # the cost and sequential_time cases in units 1e7 (cost) and 100 (ms) times larger: every per-member
+    # coefficient is then fractional, so a row kept as integers would drop its fractional parts
+    "cost_fractional": ({"a": SIX}, {"a": {"cost": 16.5}}, 2, 3, None, {"cost_model": {
+        "prefill_cost": [0, 4.096e-4, 1e-7], "decode_step_cost": [0, 4.096e-4, 1e-7], "compile_cost": [50.0, 0, 1e-4],
+        "batch_overhead_cost": 1.0}}),
+    "sequential_fractional": ({"a": SIX}, {"a": {"sequential_time_ms": 9.0}}, 2, 3, None, {"cost_model": {
+        "prefill_ms": [0.01, 5e-4, 1e-7], "decode_step_ms": [0.15, 2e-5, 0], "batch_overhead_ms": 0.02}}),
     # the short prompts (own shape 64) have the long gens; the shortest gen belongs to a longer prompt
     "own_level_long_gens": ({"a": ([20, 20, 100], [50, 50, 1])}, {}, 2, 3, None, CHEAP_COMPILE),
 }
