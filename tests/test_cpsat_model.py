@@ -368,3 +368,36 @@ def test_max_latency_is_judged_per_member_in_an_origin_bucket(tmp_path):
     (tmp_path / "s").mkdir()
     shape = leads_model(tmp_path / "s", {"max_latency_ms": 1e9}, {"minimize": "cost"}, context=False)
     assert not shape.origin["a"] and shape.class_limits("a") == {"max_latency_ms": 1e9}
+
+
+# --- the objective's integer scale, for any reference objective ------------------------------------------------
+
+@pytest.mark.parametrize("ref", ["0", "1", 1e-6, 1e-2, 1.0, 1e3])       # absolute, or times the optimum
+@pytest.mark.parametrize("limits", [None, {"pad_ratio": 0.6, "sequential_time_ms": 1e4}])
+def test_objective_scale_fits_and_keeps_the_optimum_for_any_reference(tmp_path, ref, limits):
+    """The reference objective (the pipeline passes the best heuristic's, or 1) only sets the integer scale: from
+    0 or 1 (every coefficient would pass int64 at SCALE / ref) to far above the optimum, the plan terms and the
+    slack terms of the objective each stay within OBJ_BUDGET (sum of |coefficient| x bound; CP-SAT rejects a
+    model whose objective could pass int64), and the model alone still finds the brute-force optimum, reported
+    in real units: with limits the optimum pays more than the unconstrained plan, and a reference far below it
+    must not make breaking the limits (slack) look cheaper."""
+    from models.cpsat_model import OBJ_BUDGET
+
+    from solver.pipeline import load_all
+
+    cfg = tiny(tmp_path, [40, 100, 130, 60, 250], [10, 12, 30, 10, 5], limits)
+    reqs = load_all(cfg)
+    best = brute_force(cfg, reqs)
+    scale_ref = float(ref) if isinstance(ref, str) else ref * best
+    inst = Instance(cfg, reqs)
+    space = model_space(cfg, np.asarray(inst.all_shapes), reqs, 64)
+    groups = {n: group_bucket(r, space.levels, 48, level=space.level_of(r)) for n, r in reqs.items()}
+    model = ShapeModel(cfg, space, groups, cfg.objective.weight_map(), scale_ref, reqs)
+    proto = model.model.proto
+    reach = {True: 0, False: 0}
+    for v, c in zip(proto.objective.vars, proto.objective.coeffs):
+        reach[proto.variables[v].name.startswith("slack[")] += abs(c) * max(abs(d) for d in proto.variables[v].domain)
+    assert reach[False] <= OBJ_BUDGET and reach[True] <= OBJ_BUDGET
+    assert (reach[True] > 0) == bool(limits)
+    sol = model.solve(10, 2, 0, progress=False)
+    assert sol.status == "OPTIMAL" and sol.objective == pytest.approx(best, rel=1e-6)
