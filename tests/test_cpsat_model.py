@@ -333,6 +333,16 @@ def test_scaled_row_of_a_tiny_real_limit_keeps_its_resolution():
     assert scaled[0][0] * 10 <= srhs < scaled[0][0] * 11          # x <= 10 allowed, x = 11 would not be
 
 
+def test_scaled_row_of_a_real_limit_near_zero_stays_within_the_budget():
+    """A real-valued limit far below its coefficients (rhs 1e-12, terms of size 1): the rhs can not get its
+    2**30 steps without passing the row budget, and the budget wins."""
+    from models.cpsat_model import ROW_BUDGET
+
+    scaled, srhs, f = ShapeModel._scaled_row(None, [(1.0, "x", 10), (-0.5, "y", 4)], 1e-12, False)
+    assert sum(abs(a) * ub for a, _, ub in scaled) + abs(srhs) <= ROW_BUDGET * (1 + 1e-9) + 1
+    assert f == pytest.approx(ROW_BUDGET / 12.0) and scaled[0][0] * 1 > srhs    # x = 1 still breaks it
+
+
 # --- which buckets place first-use leads, and which judge max latency per member -----------------------------
 
 def leads_model(tmp_path, limits, objective, first_use_ms=500, context=True):
