@@ -155,6 +155,10 @@ CASES = {
     "sequential_time": ({"a": SIX}, {"a": {"sequential_time_ms": 900}}, 2, 3, None, {}),
     "sequential_time_tight": ({"a": SIX}, {"a": {"sequential_time_ms": 850}}, 2, 3, None, {}),
     "max_batch_tokens": ({"a": SIX}, {}, 2, 3, 700, {}),
+    # the 500-token prompt fits 700 tokens only alone (its classes hold one request each)
+    "max_batch_tokens_alone": ({"a": ([40, 100, 130, 60, 500, 190], [10, 12, 30, 10, 100, 40])}, {}, 2, 3, 700, {}),
+    "max_batch_tokens_alone_request": ({"a": ([40, 100, 130, 60, 500, 190], [10, 12, 30, 10, 100, 40])}, {}, 2, 3,
+                                       700, REQUEST_SEMANTICS),
     "two_buckets": ({"a": ([40, 100, 250], [10, 12, 5]), "b": ([60, 130, 190], [10, 30, 40])},
                     {"a": {"pad_ratio": 0.4}}, 2, 3, None, CHEAP_COMPILE),   # a's limit changes b's shapes
     "two_buckets_seq": ({"a": ([40, 100, 250], [10, 12, 5]), "b": ([60, 130, 190], [10, 30, 40])},

@@ -103,6 +103,17 @@ def test_unconstrained_optimum(tmp_path):
     assert sol.bound <= best * (1 + 1e-9)
 
 
+@pytest.mark.parametrize("limits", [{}, {"p95_latency_ms": 18100}])
+def test_batches_of_one(tmp_path, limits):
+    """max_batch_size 1 (every class holds one member per batch; with a latency limit, in origin flows): the
+    model alone still reaches the brute-force optimum."""
+    cfg, reqs = config(tmp_path, {"a": (PROMPTS, GENS)}, {"a": limits}, k=2, batch=1, cost_model=TASK)
+    best, _ = brute_force_4b(cfg, reqs)
+    sol, assign = cpsat_alone(cfg, reqs)
+    assert sol.status == "OPTIMAL" and math.isfinite(best)
+    assert objective_of(cfg, plan_metrics(cfg, reqs, assign)) == pytest.approx(best, rel=1e-9)
+
+
 @pytest.mark.parametrize("key,factor,minimize", [("cost", 0.995, "pad_tokens"), ("pad_ratio", 0.97, "cost")])
 def test_binding_limit_optimum(tmp_path, key, factor, minimize):
     """The limit is set below what the unconstrained optimum reaches (so it binds); the model alone reaches
