@@ -394,3 +394,36 @@ def test_hint_of_a_plan_breaking_a_limit_sets_the_least_slack(tmp_path, key, fac
     assert any(slack.values())
     status, free_slack, _ = solve_fixed(model, keep=lambda name: not name.startswith("slack["))
     assert status == "OPTIMAL" and fixed == pytest.approx(free_slack, rel=1e-12)
+
+
+# --- two buckets: a given plan is priced and written back exactly ---------------------------------------------
+
+TWO = {"a": ([40, 100, 130, 60], [10, 12, 30, 10]), "b": ([250, 190, 60], [5, 40, 10])}
+TWO_PLAN = {"a": ([0, 1, 2, 0], [128, 128, 256]), "b": ([0, 1, 1], [256, 256])}     # batch of each request; shapes
+SHAPE_SEMANTICS = {"prefill_length": "shape", "decode_context": "shape", "prompt_pad": "shape"}
+
+
+@pytest.mark.parametrize("semantics", ["context", "shape"])
+@pytest.mark.parametrize("lead", [0, -1])
+def test_two_buckets_a_fixed_plan_is_priced_and_written_exactly(tmp_path, semantics, lead):
+    """Two buckets sharing shapes, first-use leads and (context mode) origin flows in both: a plan fixed
+    through its hint is worth, in the model alone, what the spec recomputation says, and the model's own
+    solution is written back (leads placed per bucket) as a plan worth the same. A bucket key mixed up, a
+    lead counted in the other bucket or a lead hint lost shows up as a different value or an infeasible fix."""
+    cm = TASK | (SHAPE_SEMANTICS if semantics == "shape" else {})
+    limits = {"p95_latency_ms": 1e9, "sequential_time_ms": 1e12}
+    cfg, reqs = config(tmp_path, TWO, {"a": limits, "b": limits}, k=3, batch=3, cost_model=cm,
+                       objective={"weights": {"cost": 1.0, "sequential_time_ms": 1.0e4}})
+    plan = {n: list(placements(reqs[n], BucketAssignment(*TWO_PLAN[n])))[lead] for n in TWO}
+    ok, value = plan_value(cfg, reqs, plan)
+    assert ok
+    model, space, groups = context_model(cfg, reqs, value)
+    assert all(model.leads.values()) and all(model.origin.values()) == (semantics == "context")
+    hint_plan(cfg, reqs, model, space, groups, plan)
+    proto = model.model.proto
+    for var, val in zip(list(proto.solution_hint.vars), list(proto.solution_hint.values)):
+        model.model.add(model.model.get_int_var_from_proto_index(var) == val)
+    sol = model.solve(20, 1, 0, progress=False)
+    assert sol.status == "OPTIMAL" and sol.objective == pytest.approx(value, rel=1e-6)
+    written = as_assignments({n: model_plan_exact(cfg, reqs[n], space, groups[n], sol) for n in TWO})
+    assert plan_value(cfg, reqs, written) == (True, pytest.approx(value, rel=1e-9))
