@@ -419,7 +419,7 @@ class ShapeModel:
     def _add_latency_limits(self, name):
         d = self.data[name]
         lat = self.member_latency(name) if self.origin[name] else None
-        for key, pct in (("p95_latency_ms", 95), ("p99_latency_ms", 99)):
+        for key in ("p95_latency_ms", "p99_latency_ms"):     # rhs: the slow requests allowed (limit_rhs)
             limit = self.limits[name].get(key)
             if limit is None:
                 continue
