@@ -411,3 +411,14 @@ def test_objective_scale_fits_and_keeps_the_optimum_for_any_reference(tmp_path, 
     assert (reach[True] > 0) == bool(limits)
     sol = model.solve(10, 2, 0, progress=False)
     assert sol.status == "OPTIMAL" and sol.objective == pytest.approx(best, rel=1e-6)
+
+
+def test_token_capacity_counts_whole_requests(tmp_path):
+    """Seven identical requests (prompt 200, gen 40; the only shape is 256) under max_batch_tokens 700 and
+    max_batch_size 3: a batch holds floor(700 / (256 + 40)) = 2 of them, so the model alone needs ceil(7 / 2) = 4
+    batches. A fractional capacity (2.36) would let 3 batches hold all 7."""
+    from tests.test_models_alone import config
+
+    cfg, reqs = config(tmp_path, {"a": ([200] * 7, [40] * 7)}, {}, k=2, batch=3, tokens=700)
+    sol = built_model(cfg, reqs).solve(10, 1, 0, progress=False)
+    assert sol.status == "OPTIMAL" and int(sol.k["a"].sum()) == 4 and int(sol.m["a"].sum()) == 7

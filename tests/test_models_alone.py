@@ -180,6 +180,16 @@ CASES = {
     # prefill cost, its own prompt padding) from the limits' right-hand sides
     "request_semantics_cost": ({"a": SIX}, {"a": {"cost": 1.6e8}}, 2, 3, None, REQUEST_SEMANTICS),
     "request_semantics_pad": ({"a": SIX}, {"a": {"pad_tokens": 128}}, 2, 3, None, REQUEST_SEMANTICS),
+    # per-request prefill with constant terms c0 in prefill and decode (the model moves each request's own
+    # prefill, c0 included, into a constant and must not count c0 twice or drop it)
+    "request_semantics_constants": ({"a": SIX}, {"a": {"cost": 2.2e8}}, 2, 3, None, {"cost_model": {
+        "prefill_length": "request", "prompt_pad": "request", "prefill_cost": [5.0e6, 4096, 1],
+        "decode_step_cost": [2.0e5, 4096, 1]}}),
+    # the same constants under spec section 4 (prefill at seq_align): every member pays c0 in its class
+    "shape_semantics_constants": ({"a": SIX}, {}, 2, 3, None, {"cost_model": {
+        "prefill_cost": [5.0e6, 4096, 1], "decode_step_cost": [2.0e5, 4096, 1]}}),
+    # max latency equal to the constrained optimum's (a class at exactly the limit is within it)
+    "max_latency_at_limit": ({"a": LAT}, {"a": {"max_latency_ms": 537.14664}}, 2, 3, None, {}),
     # the p95 limit equal to the constrained optimum's p95 (a class at exactly the limit is within it)
     "p95_at_limit": ({"a": LAT}, {"a": {"p95_latency_ms": 537.14664}}, 2, 3, None, {}),
     # two limits on different rows of one bucket, both binding
@@ -202,7 +212,8 @@ CASES = {
 }
 # cases whose limits or objective must change the answer: the unconstrained / cost-only optimum breaks
 # a limit (or is worse under the objective given)
-LIMIT_CASES = [n for n in CASES if n not in ("candidates", "weights", "own_level_long_gens", "compile_in_bucket_cost")]
+LIMIT_CASES = [n for n in CASES if n not in ("candidates", "weights", "own_level_long_gens", "compile_in_bucket_cost",
+                                             "shape_semantics_constants")]
 
 
 def build(tmp_path, name):
