@@ -37,6 +37,7 @@ SCALE = 1.0e12          # the scaled objective of the reference plan is about th
 ROW_BUDGET = 2 ** 60    # sum of |coefficient| x bound of one limit row at most
 OBJ_BUDGET = 2 ** 60    # the same for the objective's plan terms, and again for its slack terms
 REACH_FLOOR = 1e-4      # the scale's reference objective is at least this share of the plan terms' reach
+assert SCALE / REACH_FLOOR <= OBJ_BUDGET   # so the plan terms always fit their budget
 SLACK_STEPS = 10 ** 6   # a limit's slack counts its excess in at most this many steps
 ROW_RESOLUTION = 2 ** 30  # a real-valued limit's right-hand side in at most about this many steps: finer
                           # coefficients (1e15) made CP-SAT's presolve lose a feasible plan and claim OPTIMAL
@@ -496,22 +497,22 @@ class ShapeModel:
             if fu and ws:
                 plan_terms += [(ws * r, self.e[key], len(self.shapes)) for key, r in self.lead_raise(name).items()]
         plan_terms = [(a, x, ub) for a, x, ub in plan_terms if not isinstance(x, int) and a > 0]
-        total = sum(a * ub for a, _, ub in plan_terms)           # the most the plan terms can sum to
-        self.plan_reach = total
-        # the reference is floored at REACH_FLOOR x total: a reference far below any plan (1 when there is no
-        # heuristic plan) would give the plan terms the whole budget and leave the slacks no room to outweigh them
-        self.scale = min(SCALE / max(self.scale_ref, REACH_FLOOR * total), OBJ_BUDGET / max(total, 1e-300))
+        reach = sum(a * ub for a, _, ub in plan_terms)           # the most the plan terms can sum to
+        # the reference is floored at REACH_FLOOR x reach, so the plan terms sum to at most SCALE / REACH_FLOOR
+        # (1e16, within OBJ_BUDGET): a reference far below any plan (1 when there is no heuristic plan) would
+        # otherwise give them the whole budget and leave the slacks no room to outweigh them
+        self.scale = SCALE / max(self.scale_ref, REACH_FLOOR * reach)
         objective = [math.floor(a * self.scale) * x for a, x, _ in plan_terms]
-        objective += self._slack_terms()
+        objective += self._slack_terms(max(self.scale_ref, reach) * self.scale)
         self.model.minimize(sum(objective))
 
-    def _slack_terms(self) -> list:
-        """Each limit row as `row <= rhs + unit x slack`. Exceeding a limit by its own size costs 100x the most
-        the plan terms can sum to (at least the reference plan's objective): the rate per unit of excess; only
-        where that rate times the largest possible excess would pass OBJ_BUDGET is the rate lowered to fit.
-        Either way, breaking a limit costs far more than any difference in plan cost, however far the
-        reference objective is from the optimum."""
-        out, reference = [], max(self.scale_ref, self.plan_reach) * self.scale
+    def _slack_terms(self, reference: float) -> list:
+        """Each limit row as `row <= rhs + unit x slack`. Exceeding a limit by its own size costs 100x
+        `reference` (scaled: the most the plan terms can sum to, at least the reference plan's objective): the
+        rate per unit of excess; only where that rate times the largest possible excess would pass OBJ_BUDGET
+        is the rate lowered to fit. Either way, breaking a limit costs far more than any difference in plan
+        cost, however far the reference objective is from the optimum."""
+        out = []
         budget = OBJ_BUDGET / max(len(self.rows), 1)
         for key, (terms, rhs, integral) in self.rows.items():
             scaled, srhs, f = self._scaled_row(terms, rhs, integral)
