@@ -89,11 +89,11 @@ LIMIT_KEYS = ["p95_latency_ms", "p99_latency_ms", "max_latency_ms", "pad_ratio",
               "sequential_time_ms"]
 
 
-def built_model(cfg, reqs):
+def built_model(cfg, reqs, scale_ref=1e9):
     inst = Instance(cfg, reqs)
     space = model_space(cfg, np.asarray(inst.all_shapes), reqs, 64)
     groups = {n: group_bucket(r, space.levels, 48, level=space.level_of(r)) for n, r in reqs.items()}
-    return ShapeModel(cfg, space, groups, cfg.objective.weight_map(), 1e9, reqs)
+    return ShapeModel(cfg, space, groups, cfg.objective.weight_map(), scale_ref, reqs)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
@@ -399,10 +399,7 @@ def test_objective_scale_fits_and_keeps_the_optimum_for_any_reference(tmp_path, 
     reqs = load_all(cfg)
     best = brute_force(cfg, reqs)
     scale_ref = float(ref) if isinstance(ref, str) else ref * best
-    inst = Instance(cfg, reqs)
-    space = model_space(cfg, np.asarray(inst.all_shapes), reqs, 64)
-    groups = {n: group_bucket(r, space.levels, 48, level=space.level_of(r)) for n, r in reqs.items()}
-    model = ShapeModel(cfg, space, groups, cfg.objective.weight_map(), scale_ref, reqs)
+    model = built_model(cfg, reqs, scale_ref)
     proto = model.model.proto
     reach = {True: 0, False: 0}
     for v, c in zip(proto.objective.vars, proto.objective.coeffs):

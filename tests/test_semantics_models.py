@@ -62,11 +62,16 @@ def brute_force_4b(cfg, reqs):
     return best, best_plan
 
 
-def cpsat_alone(cfg, reqs):
+def context_model(cfg, reqs, scale_ref=1e10):
+    """The CP-SAT model over every occurring shape (context mode where the semantics allow): (model, space, groups)."""
     inst = Instance(cfg, reqs)
     space = model_space(cfg, np.asarray(inst.all_shapes), reqs, 64)
     groups = {n: group_bucket(r, space.levels, 48, level=space.level_of(r)) for n, r in reqs.items()}
-    model = ShapeModel(cfg, space, groups, cfg.objective.weight_map(), 1e10, reqs)
+    return ShapeModel(cfg, space, groups, cfg.objective.weight_map(), scale_ref, reqs), space, groups
+
+
+def cpsat_alone(cfg, reqs):
+    model, space, groups = context_model(cfg, reqs)
     sol = model.solve(20, 2, 0, progress=False)
     if sol.objective is None:
         return sol, None
@@ -289,10 +294,8 @@ def test_leads_that_cannot_be_placed_fall_back_to_the_writer(tmp_path, caplog):
     from solver.verify import verify_plans
     cfg, reqs = config(tmp_path, {"a": (PROMPTS, GENS)}, {"a": {"sequential_time_ms": 1e9}}, k=2, batch=3,
                        cost_model=TASK)
-    inst = Instance(cfg, reqs)
-    space = model_space(cfg, np.asarray(inst.all_shapes), reqs, 64)
-    groups = {n: group_bucket(r, space.levels, 48, level=space.level_of(r)) for n, r in reqs.items()}
-    sol = ShapeModel(cfg, space, groups, cfg.objective.weight_map(), 1e10, reqs).solve(20, 2, 0, progress=False)
+    model, space, groups = context_model(cfg, reqs)
+    sol = model.solve(20, 2, 0, progress=False)
     sol.lead["a"] = np.zeros_like(sol.lead["a"])
     with pytest.raises(StopIteration):
         model_plan_exact(cfg, reqs["a"], space, groups["a"], sol)
@@ -302,13 +305,6 @@ def test_leads_that_cannot_be_placed_fall_back_to_the_writer(tmp_path, caplog):
 
 
 # --- the hint of a placed plan, in context mode with first-use leads and origin flows --------------------------
-
-def context_model(cfg, reqs, scale_ref=1e10):
-    inst = Instance(cfg, reqs)
-    space = model_space(cfg, np.asarray(inst.all_shapes), reqs, 64)
-    groups = {n: group_bucket(r, space.levels, 48, level=space.level_of(r)) for n, r in reqs.items()}
-    return ShapeModel(cfg, space, groups, cfg.objective.weight_map(), scale_ref, reqs), space, groups
-
 
 def hint_plan(cfg, reqs, model, space, groups, assignment: dict):
     """add_hint with plan_to_classes of placed plans {bucket: BucketAssignment with order and batch ids}."""
@@ -320,15 +316,21 @@ def hint_plan(cfg, reqs, model, space, groups, assignment: dict):
                     for n, a in assignment.items()})
 
 
+def fix_to_hint(target, hinted, keep=lambda var: True):
+    """Fix in CpModel `target` every variable of `hinted`'s hint (a CpModel with the same variables) that `keep`
+    accepts by name."""
+    proto = hinted.proto
+    for var, value in zip(list(proto.solution_hint.vars), list(proto.solution_hint.values)):
+        if keep(proto.variables[var].name):
+            target.add(target.get_int_var_from_proto_index(var) == value)
+
+
 def solve_fixed(model, keep=lambda var: True):
     """CP-SAT on the model with every hinted variable that `keep` accepts fixed to its hint: (status, objective
     in real units or None, slack values)."""
     from ortools.sat.python import cp_model
     fixed = model.model.clone()
-    proto = model.model.proto
-    for var, value in zip(proto.solution_hint.vars, proto.solution_hint.values):
-        if keep(proto.variables[var].name):
-            fixed.add(fixed.get_int_var_from_proto_index(var) == value)
+    fix_to_hint(fixed, model.model, keep)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.parameters.max_time_in_seconds = 20
@@ -420,9 +422,7 @@ def test_two_buckets_a_fixed_plan_is_priced_and_written_exactly(tmp_path, semant
     model, space, groups = context_model(cfg, reqs, value)
     assert all(model.leads.values()) and all(model.origin.values()) == (semantics == "context")
     hint_plan(cfg, reqs, model, space, groups, plan)
-    proto = model.model.proto
-    for var, val in zip(list(proto.solution_hint.vars), list(proto.solution_hint.values)):
-        model.model.add(model.model.get_int_var_from_proto_index(var) == val)
+    fix_to_hint(model.model, model.model)
     sol = model.solve(20, 1, 0, progress=False)
     assert sol.status == "OPTIMAL" and sol.objective == pytest.approx(value, rel=1e-6)
     written = as_assignments({n: model_plan_exact(cfg, reqs[n], space, groups[n], sol) for n in TWO})
