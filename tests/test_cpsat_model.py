@@ -263,6 +263,35 @@ def test_progress_line_is_exact_and_throttled_to_one_per_two_seconds(monkeypatch
     assert caplog.messages[3:] == ["cpsat  incumbent -4  bound 7  gap -275.000%  elapsed 6.0s"]
 
 
+def test_a_bound_alone_is_shown_in_real_units_at_most_every_two_seconds(monkeypatch, caplog):
+    from models import cpsat_model
+
+    clock = Clock()
+    monkeypatch.setattr(cpsat_model.time, "monotonic", clock)
+    p = cpsat_model.Progress(lambda x: x / 10, True)
+    caplog.set_level("INFO", logger="models.cpsat_model")
+    p.best = 10.0
+    clock.now = 101.0
+    p.on_bound(80)                                      # 1 s in: kept, not shown
+    assert p.bound == 8.0 and caplog.messages == []
+    clock.now = 102.5
+    p.on_bound(90)
+    assert caplog.messages == ["cpsat  incumbent 10  bound 9  gap 10.000%  elapsed 2.5s"]
+    clock.now = 103.0
+    p.on_bound(95)                                      # 0.5 s after the last line
+    assert p.bound == 9.5 and len(caplog.messages) == 1
+
+
+def test_solve_hands_every_bound_improvement_to_the_progress_display(tmp_path, monkeypatch):
+    from models import cpsat_model
+
+    seen = []
+    monkeypatch.setattr(cpsat_model.Progress, "on_bound", lambda self, bound: seen.append(self.to_real(bound)))
+    model = hard_model(tmp_path)
+    sol = model.solve(3, 1, 0, progress=False)
+    assert seen and seen == sorted(seen) and seen[-1] <= sol.objective * (1 + 1e-9)
+
+
 def test_progress_off_prints_nothing(monkeypatch, caplog):
     from models import cpsat_model
 
