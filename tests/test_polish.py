@@ -125,3 +125,50 @@ def test_polish_keeps_the_start_plans_caps_beyond_the_ladder(tmp_path, seed):
     start = run_heuristic(inst, "dp")
     r = checked(inst, "polish", polish(inst, start.shapes, start.plans, start.objective, 20.0))
     assert r.objective <= start.objective * (1 + 1e-9)
+
+
+# --- which plans the pipeline polishes ----------------------------------------------------------------
+
+class Start:
+    """A stand-in for a MethodResult: its shapes, objective and limit excess (0: every limit met)."""
+
+    def __init__(self, shapes, objective, excess=0.0):
+        self.shapes, self.objective, self.excess = shapes, objective, excess
+
+    @property
+    def feasible(self):
+        return self.excess == 0
+
+    def rank(self):
+        return (self.excess > 0, self.excess, self.objective)
+
+
+def test_polish_starts_are_the_best_plan_of_each_shape_set_close_to_the_best(monkeypatch):
+    from solver import pipeline
+
+    monkeypatch.setattr(pipeline, "rank_key", Start.rank)
+    best, same_set, second, third = Start([1, 2], 100.0), Start([2, 1], 101.0), Start([1, 3], 110.0), Start([4], 105.0)
+    assert pipeline.polish_starts([second, same_set, best]) == [best, second]       # one per set, best first
+    assert pipeline.polish_starts([third, second, best]) == [best, third]           # at most POLISH_SETS
+    assert pipeline.polish_starts([Start([1, 3], 110.1), best]) == [best]           # over 10% more: left out
+    assert pipeline.polish_starts([Start([1, 3], 50.0, excess=0.2), best]) == [best]  # breaks a limit: left out
+    broken = Start([5], 70.0, excess=0.1)
+    assert pipeline.polish_starts([broken, Start([6], 60.0, excess=0.3)]) == [broken]   # none meets: the least excess
+
+
+def test_polishes_share_the_time_left_and_report_the_best(monkeypatch):
+    from solver import pipeline
+
+    clock, calls = [0.0], []
+
+    def fake_polish(inst, start, time_left, stages, info):
+        calls.append((start.objective, time_left))
+        clock[0] += time_left / 2                  # each polish uses half its share
+        return [Start(start.shapes, start.objective - 1)]
+
+    monkeypatch.setattr(pipeline.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(pipeline, "run_polish", fake_polish)
+    info = {}
+    out = pipeline.run_polishes(None, [Start([1], 100.0), Start([2], 104.0)], 30.0, None, info)
+    assert calls == [(100.0, 15.0), (104.0, 22.5)]      # the second gets what the first left
+    assert [r.objective for r in out] == [99.0, 103.0] and info["polish_objective"] == 99.0
