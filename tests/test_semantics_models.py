@@ -427,3 +427,22 @@ def test_two_buckets_a_fixed_plan_is_priced_and_written_exactly(tmp_path, semant
     assert sol.status == "OPTIMAL" and sol.objective == pytest.approx(value, rel=1e-6)
     written = as_assignments({n: model_plan_exact(cfg, reqs[n], space, groups[n], sol) for n in TWO})
     assert plan_value(cfg, reqs, written) == (True, pytest.approx(value, rel=1e-9))
+
+
+@pytest.mark.parametrize("limit", [10000, 2500])
+def test_the_one_slow_request_p95_leaves_in_twenty_is_counted_once(tmp_path, limit):
+    """20 requests (one may be slower than p95), 19 short and one long, batches dear: under the task's semantics
+    the long request goes alone, the one slow request. At 2500 ms the shape's warm-up makes a short request slow
+    too, so it must land on the long one. The optimum is the least over every first-use placement of that plan
+    (any plan batching the long request with others has more than one slow request)."""
+    cfg, reqs = config(tmp_path, {"a": ([40] * 20, [10] * 19 + [200])}, {"a": {"p95_latency_ms": limit}}, k=1,
+                       batch=32, cost_model=TASK | {"batch_overhead_cost": 1e12})
+    one = BucketAssignment([0] * 20, [64])
+    assert all(broken_limits(cfg, plan_metrics(cfg, reqs, {"a": p})) for p in placements(reqs["a"], one))
+    alone = BucketAssignment([0] * 19 + [1], [64, 64])
+    values = [plan_value(cfg, reqs, {"a": p}) for p in placements(reqs["a"], alone)]
+    best = min(v for ok, v in values if ok)
+    assert (limit < 3000) == (not all(ok for ok, _ in values))       # at 2500 ms the lead's place matters
+    sol, plans = cpsat_alone(cfg, reqs)
+    assert sol.status == "OPTIMAL" and sol.objective == pytest.approx(best, rel=1e-6)
+    assert plan_value(cfg, reqs, plans) == (True, pytest.approx(best, rel=1e-9))
