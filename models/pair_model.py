@@ -13,8 +13,9 @@ duals, the most negative ones are added, and so on. A MIP over the pairs written
 plan. Classes are charged at their gen cap, so a plan costs at most what the model says; limits
 are soft (priced far above any plan), so the model always has a solution.
 
-Variables per bucket: x[g, c] (pairs written), y[c] in {0, 1}, k[c] >= 0, one slack per limit;
-global: z[i] in {0, 1} per shape. In spec 4b context mode (decode from the batch's longest aligned prompt,
+Variables per bucket: x[g, c] (pairs written), y[c] in {0, 1}, k[c] >= 0, one slack per limit, and under
+`compile_in_bucket_cost` with a bucket cost limit u[i] in {0, 1} (the bucket uses shape i: its compile cost
+enters that limit); global: z[i] in {0, 1} per shape. In spec 4b context mode (decode from the batch's longest aligned prompt,
 prefill and prompt padding per request) a class level is that decode context, groups are by own aligned
 prompt, and a class's batches take the smallest chosen shape covering its level (y[c] <= sum of those z); latency
 limits count a class's members at its slowest member's latency and the first-use latency is left out
@@ -180,6 +181,9 @@ class PairModel:
         self.buckets = {n: BucketPairs(cfg, costs, shapes, r, limits[n], weights, classes[n], group_caps)
                         for n, r in requests.items()}
         self.compile = weights.get("cost", 0.0) * costs.compile(self.shapes.astype(np.float64))
+        # a bucket cost limit carries the compile cost of the shapes the bucket uses (spec 4b compile_in_bucket_cost)
+        self.bucket_compile = costs.compile(self.shapes.astype(np.float64)) \
+            if cfg.cost_model.compile_in_bucket_cost else None
         self.reference = max(abs(reference), 1.0)      # objective scale: HiGHS works on objective / reference
 
     def _assemble(self):
@@ -191,13 +195,14 @@ class PairModel:
         for name, b in self.buckets.items():
             X, C, keys = len(b.pg), b.num_classes, list(b.rows)
             xo, yo, ko, so = off, off + X, off + X + C, off + X + 2 * C
-            off = so + len(keys)
+            uses = self.bucket_compile is not None and "cost" in b.rows     # its shapes enter its cost limit
+            off = so + len(keys) + (P if uses else 0)
             # where the bucket's variables start, its limits, and its first demand and inequality blocks
             layout[name] = (xo, yo, ko, so, keys, len(eq.blocks), len(ub.blocks))
             penalty = [100.0 * self.reference / max(b.rhs[k], 1.0) for k in keys]
-            obj += [b.obj_x[b.pc], np.zeros(C), b.obj_k, np.array(penalty)]
-            lo += [np.zeros(X), np.zeros(C), np.zeros(C), np.zeros(len(keys))]
-            hi += [b.n[b.pg], np.ones(C), np.full(C, np.inf), np.full(len(keys), np.inf)]
+            obj += [b.obj_x[b.pc], np.zeros(C), b.obj_k, np.array(penalty)] + [np.zeros(P)] * uses
+            lo += [np.zeros(X), np.zeros(C), np.zeros(C), np.zeros(len(keys))] + [np.zeros(P)] * uses
+            hi += [b.n[b.pg], np.ones(C), np.full(C, np.inf), np.full(len(keys), np.inf)] + [np.ones(P)] * uses
             r, cls = np.arange(X), np.arange(C)
             eq.add([b.pg], [xo + r], [np.ones(X)], b.n)                                       # demand
             ub.add([r, r], [xo + r, yo + b.pc], [np.ones(X), -b.n[b.pg]], np.zeros(X))        # x <= n_g y
@@ -213,8 +218,21 @@ class PairModel:
                 if "k" in family:
                     rows.append(zeros_c); cols.append(ko + cls)
                     vals.append(coef if family == "k" else np.full(C, b.oh))
+                if key == "cost" and uses:
+                    rows.append(np.zeros(P, dtype=np.int64)); cols.append(so + len(keys) + np.arange(P))
+                    vals.append(self.bucket_compile)
                 ub.add(rows, cols, vals, [b.rhs[key]])
+            if uses:
+                self._add_bucket_shapes(ub, b, yo, so + len(keys))
         return np.concatenate(obj), np.concatenate(lo), np.concatenate(hi), ub, eq, layout, off
+
+    def _add_bucket_shapes(self, ub: Rows, b: BucketPairs, yo: int, uo: int) -> None:
+        """u[t] (columns from uo): the bucket uses shape t; y[c] <= u[shape of c] (context mode: y[c] <= the sum of
+        u over the shapes covering c's level, which the plan writer may not pick exactly), and u[t] <= z[t]."""
+        rows, cols, vals = b.shape_link(yo)
+        ub.add(rows, [cols[0], uo + cols[1]], vals, np.zeros(b.num_classes))
+        P = len(self.shapes)
+        ub.add([np.arange(P), np.arange(P)], [uo + np.arange(P), np.arange(P)], [np.ones(P), -np.ones(P)], np.zeros(P))
 
     def solve(self, time_left: float, integral: bool = False):
         """(scipy result, rows, layout); objective values in real units via value()."""

@@ -200,6 +200,10 @@ CASES = {
     # a bucket's cost limit counting the compile cost of the shapes it uses (spec 4b; met by the optimum)
     "compile_in_bucket_cost": ({"a": SIX}, {"a": {"cost": 8.0e8}}, 2, 3, None,
                                {"cost_model": {"compile_in_bucket_cost": True}}),
+    # the same semantics binding: bucket a's one request must not ride b's shape 256, whose compile cost its own
+    # cost limit would then carry, so it takes a shape of its own (every cell of bucket a holds one request)
+    "compile_in_bucket_cost_single": ({"a": ([40], [10]), "b": ([100, 130, 250], [12, 30, 5])}, {"a": {"cost": 5.5e8}},
+                                      2, 3, None, {"cost_model": {"compile_in_bucket_cost": True}}),
     # the cost and sequential_time cases in units 1e7 (cost) and 100 (ms) times larger: every per-member
     # coefficient is then fractional, so a row kept as integers would drop its fractional parts
     "cost_fractional": ({"a": SIX}, {"a": {"cost": 16.5}}, 2, 3, None, {"cost_model": {
