@@ -32,6 +32,8 @@ METHODS = ("cpsat", "dp", "greedy", "baseline", "baseline_step128", "baseline_ex
 GAP_TOLERANCE = 1e-4     # a gap this small is reported as OPTIMAL (when the bound is global)
 POLISH_SETS = 2          # distinct shape sets the polish re-solves (see polish_starts)
 POLISH_WITHIN = 0.1      # a second set is polished when its plan costs at most this much more than the best
+LONG_RUN_S = 300.0       # from this time limit on, the pair-LP bound runs by default outside context mode too
+LONG_BOUND_SHARE = 0.45  # its share then (with the polish's 0.5 default, CP-SAT keeps the rest)
 
 
 def load_all(cfg: Config) -> dict[str, Requests]:
@@ -154,7 +156,8 @@ def search_stages(inst: Instance, heuristics: list[MethodResult], time_limit: fl
     det = deterministic(cfg)
     deadline = math.inf if det else start + time_limit
     polish_share = 0.0 if det else cfg.solver.polish_share
-    lp = run_bound_stage(inst, heuristics, 0.0 if det else time_limit * bound_share(cfg), stages)
+    lp = run_bound_stage(inst, heuristics, 0.0 if det else time_limit * bound_share(cfg, time_limit), stages,
+                         presearch_bound)
     lns_end = deadline if det else min(time.monotonic() + time_limit * lns_share(cfg), deadline)
     lns, search = run_lns_stage(inst, heuristics, lns_end, stages)
     searched = heuristics + lns
@@ -332,21 +335,26 @@ def lns_info(info: dict, search: ShapeSetSearch | None) -> None:
                  "lns_steps": search.steps, "lns_moves": search.moves, "lns_restarts": search.restarts})
 
 
-def bound_share(cfg: Config) -> float:
+def bound_share(cfg: Config, time_limit: float) -> float:
     """The pair-LP bound's share: as configured, or (auto) 0.2 in spec 4b context mode, where its LP converges
-    within seconds over every distinct gen (static_graph: 2.2283e11 beside a 2.2292e11 plan), and 0 elsewhere
-    (on the default config its LP needs minutes)."""
+    within seconds over every distinct gen (static_graph: 2.2283e11 beside a 2.2292e11 plan); elsewhere
+    LONG_BOUND_SHARE of runs of at least LONG_RUN_S and 0 below (measured on the default config at 48 caps:
+    the Lagrangian bound passes the pre-search bound's 7.79e11 after about 120 s, reaches 8.50e11 at 220 s
+    and the LP converges to 9.545e11 in about 500 s; CP-SAT's own search added nothing there after 60 s)."""
     if cfg.solver.bound_share is not None:
         return cfg.solver.bound_share
-    return 0.2 if Costs(cfg.cost_model).context_mode else 0.0
+    if Costs(cfg.cost_model).context_mode:
+        return 0.2
+    return LONG_BOUND_SHARE if time_limit >= LONG_RUN_S else 0.0
 
 
 def bound_caps(cfg: Config) -> int:
     """Gen caps per bucket in the pair-LP bound: as configured, or (auto) every distinct gen up to 2000 in
-    context mode, 96 elsewhere."""
+    context mode, 48 elsewhere (at 96 caps its rounds on the default config take minutes each after the
+    fifth)."""
     if cfg.solver.bound_caps is not None:
         return cfg.solver.bound_caps
-    return 2000 if Costs(cfg.cost_model).context_mode else 96
+    return 2000 if Costs(cfg.cost_model).context_mode else 48
 
 
 def lns_share(cfg: Config) -> float:
@@ -359,11 +367,13 @@ def lns_share(cfg: Config) -> float:
     return 0.2 if Costs(cfg.cost_model).context_mode else 0.0
 
 
-def run_bound_stage(inst: Instance, heuristics: list[MethodResult], time_s: float, stages: Stages):
-    """The global pair-LP bound (solver/global_bound.py), seeded with the best heuristic plan; None when off."""
-    if time_s <= 0:
-        return None
+def run_bound_stage(inst: Instance, heuristics: list[MethodResult], time_s: float, stages: Stages,
+                    presearch_bound: float = -math.inf):
+    """The global pair-LP bound (solver/global_bound.py), seeded with the best heuristic plan; None when off or
+    when the pre-search bound already proves that plan."""
     best = min(heuristics, key=rank_key) if heuristics else None
+    if time_s <= 0 or proven_before_search(best, (presearch_bound,)):
+        return None
     with stages.timed("lp_bound"):
         return global_bound(inst, best.objective if best else 1.0, time_s, bound_caps(inst.cfg),
                             inst.cfg.solver.log_progress, best.plans if best else None)
