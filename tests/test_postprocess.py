@@ -191,3 +191,28 @@ def test_plan_to_classes_counts_each_batch_in_its_class(tmp_path, context):
     assert got.use.dtype == bool and got.use.tolist() == use.tolist()
     for name, arr in want.items():
         assert getattr(got, name).tolist() == arr.tolist(), name
+
+
+@pytest.mark.parametrize("limits", [{}, {"max_latency_ms": 85000}])
+def test_place_first_use_hurts_least_under_the_task_semantics(tmp_path, limits):
+    """Context mode (prefill per request, decode from the batch's longest prompt): in a batch mixing a
+    1000-token prompt and short ones, a short member's warm-up stays under the batch's slowest latency, so
+    place_first_use must put it there. Judged against every placement, by tests.brute: the least sequential
+    time among the placements crossing no limit."""
+    from tests.brute import BucketAssignment, plan_metrics, plan_value
+    from tests.test_models_alone import config
+    from tests.test_semantics_models import TASK, placements
+    from solver.postprocess import place_first_use
+
+    cfg, reqs = config(tmp_path, {"a": ([1000, 40, 60, 50, 30], [20, 20, 5, 5, 5])}, {"a": limits}, k=1, batch=3,
+                       cost_model=TASK)
+    req = reqs["a"]
+    a = BucketAssignment([0, 0, 1, 1, 0], [1024, 1024])
+    options = [(plan_metrics(cfg, reqs, {"a": p})["a"]["sequential_time_ms"], plan_value(cfg, reqs, {"a": p})[0])
+               for p in placements(req, a)]
+    best = min(t for t, ok in options if ok)
+    assert max(t for t, _ in options) > best                        # where the warm-up lands matters
+    placed = place_first_use(cfg, req, BucketPlan(np.asarray(a.batch_of), np.asarray(a.seq_align)))
+    got = BucketAssignment(list(placed.batch_of), list(placed.seq_align), list(placed.order), list(placed.batch_ids))
+    assert plan_value(cfg, reqs, {"a": got})[0]
+    assert plan_metrics(cfg, reqs, {"a": got})["a"]["sequential_time_ms"] == pytest.approx(best, rel=1e-12)
