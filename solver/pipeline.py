@@ -420,8 +420,9 @@ def polish_starts(candidates: list[MethodResult]) -> list[MethodResult]:
     Measured on the default config: at 600 s CP-SAT's own plan beats dp's, yet dp's shape set polishes lower
     (1.058e12 against 1.065e12), and 15 s of polish on dp's set reach what 30 s do, so sharing the time loses
     little."""
-    best, out, seen = min(candidates, key=rank_key), [], set()
-    for c in sorted(candidates, key=rank_key):
+    ranked = sorted(candidates, key=rank_key)
+    best, out, seen = ranked[0], [], set()
+    for c in ranked:
         key = tuple(sorted(c.shapes))
         close = c is best or (c.feasible and c.objective <= best.objective * (1 + POLISH_WITHIN))
         if key not in seen and close and len(out) < POLISH_SETS:
@@ -443,14 +444,14 @@ def run_polishes(inst: Instance, starts: list[MethodResult], deadline: float, st
     return out
 
 
-def run_polish(inst: Instance, best: MethodResult, time_left: float, stages: Stages, info: dict) -> list:
+def run_polish(inst: Instance, start: MethodResult, time_left: float, stages: Stages, info: dict) -> list:
     """The pair-MIP polish of one plan on its own shapes: [] or [its result]."""
     if time_left < 2.0:
         return []
     with stages.timed("polish"):
         try:
             with stop.interruptible():
-                plans = polish(inst, best.shapes, best.plans, best.objective, time_left)
+                plans = polish(inst, start.shapes, start.plans, start.objective, time_left)
         except KeyboardInterrupt:           # stopped: keep the best plan so far
             log.info("polish: stopped early")
             plans = None
@@ -461,9 +462,9 @@ def run_polish(inst: Instance, best: MethodResult, time_left: float, stages: Sta
         return []
     result = evaluate(inst, "cpsat", plans, 0.0, stages)
     info["polish_time_s"] = stages["polish"]
-    base = best.solver.get("plan_source", "cpsat").split(" (")[0]
+    base = start.solver.get("plan_source", "cpsat").split(" (")[0]
     result.solver["plan_source"] = f"{base}, assignment re-solved by the pair MIP (polish)"
-    log.info("polish: objective %.6g (was %.6g)", result.objective, best.objective)
+    log.info("polish: objective %.6g (was %.6g)", result.objective, start.objective)
     return [result]
 
 

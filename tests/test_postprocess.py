@@ -201,7 +201,7 @@ def test_place_first_use_hurts_least_under_the_task_semantics(tmp_path, limits):
     time among the placements crossing no limit."""
     from tests.brute import BucketAssignment, plan_metrics, plan_value
     from tests.test_models_alone import config
-    from tests.test_semantics_models import TASK, placements
+    from tests.test_semantics_models import TASK, as_assignments, placements
     from solver.postprocess import place_first_use
 
     cfg, reqs = config(tmp_path, {"a": ([1000, 40, 60, 50, 30], [20, 20, 5, 5, 5])}, {"a": limits}, k=1, batch=3,
@@ -213,6 +213,6 @@ def test_place_first_use_hurts_least_under_the_task_semantics(tmp_path, limits):
     best = min(t for t, ok in options if ok)
     assert max(t for t, _ in options) > best                        # where the warm-up lands matters
     placed = place_first_use(cfg, req, BucketPlan(np.asarray(a.batch_of), np.asarray(a.seq_align)))
-    got = BucketAssignment(list(placed.batch_of), list(placed.seq_align), list(placed.order), list(placed.batch_ids))
+    got = as_assignments({"a": placed})["a"]
     assert plan_value(cfg, reqs, {"a": got})[0]
     assert plan_metrics(cfg, reqs, {"a": got})["a"]["sequential_time_ms"] == pytest.approx(best, rel=1e-12)
