@@ -1,8 +1,10 @@
 """A global lower bound: the pair LP over every candidate shape, gen caps rounded down, by column generation.
 
-The relaxation. A batch of shape s whose longest gen is G is charged at the largest ladder cap at or
-below G (so never more than it costs), and a request may join a class whose cap is at or above the
-ladder cap at or below its own gen. Every valid plan meeting the limits is then a solution of this
+The relaxation. A batch of shape s whose longest gen is G is in the class of the largest ladder cap at or
+below G, and a request may join a class whose cap is at or above the ladder cap at or below its own gen.
+The batch's overhead and latency are charged at that cap; each member's cost, pad tokens and latency (for
+the percentile counts) at max(its own gen, the cap), since the batch's longest gen is at least both. So
+a batch is never charged more than it costs. Every valid plan meeting the limits is then a solution of this
 model at no more than its objective, so the model's LP value bounds every such plan from below
 (bound_scope: global, when every occurring aligned prompt is a candidate shape).
 
@@ -90,7 +92,15 @@ class BucketLP:
         ci, cj = self.ci, self.cj
         wc, wp, ws = (weights.get(k, 0.0) for k in ("cost", "pad_tokens", "sequential_time_ms"))
         oh = cfg.cost_model.batch_overhead_cost
-        self.obj_x = wc * d.per_request[ci, cj] + wp * d.tokens[ci, cj]
+        self.member_weights = (wc, wp)
+        # members are charged at max(own gen, class cap): the batch's longest gen is at least both
+        self.gg = keys % (int(req.gen.max()) + 1)                               # each group's own gen
+        self.fine = np.unique(np.r_[req.gen, caps]).astype(np.int64)
+        fine_counts = np.zeros((len(space.levels), len(self.fine)), dtype=np.int64)
+        np.add.at(fine_counts, (level, np.searchsorted(self.fine, req.gen)), 1)
+        f = class_data(cfg, inst.costs, space, BucketGroups(name, self.fine, fine_counts, req.real_tokens, True),
+                       limits, req)
+        self.member_per, self.member_tok, self.member_lat = f.per_request, f.tokens.astype(np.float64), f.latency
         self.obj_k = wc * oh + ws * d.latency[ci, cj]
         self.cap = d.capacity[ci, cj].astype(np.float64)
         self.constant = wc * d.cost_const + wp * d.pad_const
@@ -98,24 +108,38 @@ class BucketLP:
         if "cost" in rhs:
             rhs["cost"] -= d.cost_const
         lat = d.latency[ci, cj]
-        # limits: name -> (coefficient per member of each class, coefficient per batch of each class, rhs)
+        # limits: name -> (what each member adds: a member term or None, coefficient per batch of each class, rhs)
         C = len(ci)
         self.limits = {}
         if "sequential_time_ms" in rhs:
-            self.limits["sequential_time_ms"] = (np.zeros(C), lat, rhs["sequential_time_ms"])
+            self.limits["sequential_time_ms"] = (None, lat, rhs["sequential_time_ms"])
         if "pad" in rhs:
-            self.limits["pad"] = (d.tokens[ci, cj].astype(np.float64), np.zeros(C), rhs["pad"])
+            self.limits["pad"] = ("tokens", np.zeros(C), rhs["pad"])
         for key in ("p95_latency_ms", "p99_latency_ms"):
             if key in rhs:
-                self.limits[key] = ((lat > limits[key]).astype(np.float64), np.zeros(C), rhs[key])
+                self.limits[key] = (("slow", limits[key]), np.zeros(C), rhs[key])
         if "cost" in rhs:
-            self.limits["cost"] = (d.per_request[ci, cj], np.full(C, oh), rhs["cost"])
+            self.limits["cost"] = ("cost", np.full(C, oh), rhs["cost"])
         self.written = np.zeros((len(self.n), C), dtype=bool)
         self.col_of = np.full((len(self.n), C), -1, dtype=np.int64)      # LP column of each written pair
 
     @property
     def num_classes(self) -> int:
         return len(self.ci)
+
+    def member(self, gs: np.ndarray, cs: np.ndarray) -> tuple[np.ndarray, dict]:
+        """(objective, {limit: coefficient}) of one member of group gs in class cs (broadcast), its batch's
+        longest gen taken as max(its own gen, the class cap): never above what any batch of that class costs."""
+        fj = np.searchsorted(self.fine, np.maximum(self.gg[gs], self.caps[self.cj[cs]]))
+        i = self.ci[cs]
+        per, tok = self.member_per[i, fj], self.member_tok[i, fj]
+        terms = {"tokens": tok, "cost": per}
+        coef = {}
+        for key, (term, _, _) in self.limits.items():
+            if term is not None:
+                coef[key] = (self.member_lat[i, fj] > term[1]).astype(np.float64) if term[0] == "slow" else terms[term]
+        wc, wp = self.member_weights
+        return wc * per + wp * tok, coef
 
     def eligible(self, gs: np.ndarray) -> np.ndarray:
         return (self.ci[None, :] >= self.gi[gs][:, None]) & (self.cj[None, :] >= self.gj[gs][:, None])
@@ -174,7 +198,7 @@ class GlobalBound:
                 self._row(-INF, 0, np.r_[b.y[c], np.asarray(self.z)[b.covering[c]]],   # y <= z (covering)
                           np.r_[1.0, -np.ones(len(b.covering[c]))])
             b.limit_rows = {}
-            for key, (per_x, per_k, rhs) in b.limits.items():
+            for key, (_, per_k, rhs) in b.limits.items():
                 slack = self._col(PENALTY * self.reference / max(abs(rhs), 1.0), 0, INF)
                 nz = np.flatnonzero(per_k)
                 b.limit_rows[key] = self._row(-INF, rhs, np.r_[b.k[nz], slack], np.r_[per_k[nz], -1.0])
@@ -187,15 +211,15 @@ class GlobalBound:
         b.written[gs, cs] = True
         rows = [b.demand[gs], b.capacity[cs]]
         vals = [np.ones(len(gs)), np.ones(len(gs))]
-        for key, (per_x, _, _) in b.limits.items():
-            nz = per_x[cs] != 0
-            rows.append(np.where(nz, b.limit_rows[key], -1))
-            vals.append(per_x[cs])
+        obj, coef = b.member(gs, cs)
+        for key, per_x in coef.items():
+            rows.append(np.where(per_x != 0, b.limit_rows[key], -1))
+            vals.append(per_x)
         R, V = np.stack(rows, axis=1), np.stack(vals, axis=1)
         keep = R >= 0
         starts = np.r_[0, np.cumsum(keep.sum(axis=1))[:-1]].astype(np.int32)
         first = self.ncols
-        self.h.addCols(len(gs), b.obj_x[cs] / self.reference, np.zeros(len(gs)), b.n[gs].astype(np.float64),
+        self.h.addCols(len(gs), obj / self.reference, np.zeros(len(gs)), b.n[gs].astype(np.float64),
                        int(keep.sum()), starts, R[keep].astype(np.int32), V[keep])
         self.ncols += len(gs)
         cols = np.arange(first, first + len(gs))
@@ -284,16 +308,18 @@ class GlobalBound:
         restricted LP already counts for written pairs at their upper bound, with rc of a written pair its
         LP reduced cost (link row included) and of an unwritten one c - A^T y (its link row's dual is 0):
         the demand rows kept, every other row dualized. New pairs: the most negative unwritten per group."""
-        base = b.obj_x - duals[b.capacity]
-        for key, (per_x, _, _) in b.limits.items():
-            base = base - duals[b.limit_rows[key]] * per_x
+        cap_dual = duals[b.capacity]
         pi = duals[b.demand]
-        tol = 1e-9 * max(float(np.abs(b.obj_x).max()), 1.0)
+        tol = 1e-9 * max(float(np.abs(b.member_per).max()), float(np.abs(b.member_tok).max()), 1.0)
         term, new_g, new_c = 0.0, [], []
         step = max(1, chunk // max(b.num_classes, 1))
         for lo in range(0, len(b.n), step):
             gs = np.arange(lo, min(lo + step, len(b.n)))
-            fresh = np.where(b.eligible(gs), base[None, :] - pi[gs][:, None], np.inf)
+            obj, coef = b.member(gs[:, None], np.arange(b.num_classes)[None, :])
+            base = obj - cap_dual[None, :]
+            for key, per_x in coef.items():
+                base = base - duals[b.limit_rows[key]] * per_x
+            fresh = np.where(b.eligible(gs), base - pi[gs][:, None], np.inf)
             cols = b.col_of[gs]
             written = cols >= 0
             lp_rc = np.where(written, col_duals[np.maximum(cols, 0)], 0.0)
