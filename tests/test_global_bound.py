@@ -81,3 +81,43 @@ def test_bound_stage_skipped_when_the_presearch_bound_proves_the_best_plan(tmp_p
     assert pipeline.run_bound_stage(inst, [best], 5.0, Stages(), best.objective) is None     # proven: skipped
     assert pipeline.run_bound_stage(inst, [best], 0.0, Stages(), -np.inf) is None            # no time: off
     assert pipeline.run_bound_stage(inst, [best], 5.0, Stages(), 0.5 * best.objective) == "ran" and len(calls) == 1
+
+
+# --- members charged at max(own gen, class cap) -----------------------------------------------------
+
+SINGLES = ([10, 30, 64, 50, 20], [3, 9, 17, 26, 40])      # one shape level; five gens, a ladder of two caps
+
+
+def singles_value(cfg, prompts, gens):
+    """The one plan there is with one request per batch and one shape (64): spec section 4 recomputed."""
+    from tests.helpers import batch_numbers, q
+
+    cm = cfg.cost_model
+    return sum(batch_numbers(cm, 64, [(p, g)])[0] for p, g in zip(prompts, gens)) + q(cm.compile_cost, 64)
+
+
+@pytest.mark.parametrize("limits", [{}, {"pad_tokens": sum(64 - p for p in SINGLES[0])}])
+def test_members_charged_at_their_own_gen_when_above_the_floor_cap(tmp_path, limits):
+    """With one member per batch and a single shape every plan is the same, so the bound must equal its cost:
+    a member in the class of the cap below its gen is charged its own gen (cost and pad), never the cap
+    (the older rounding-down charge gave less), and never above it (a pad limit met exactly stays met)."""
+    cfg, reqs = config(tmp_path, {"a": SINGLES}, {"a": limits}, k=1, batch=1)
+    expected = singles_value(cfg, *SINGLES)
+    assert brute_force(cfg, reqs).objective == pytest.approx(expected, rel=1e-12)
+    res = GlobalBound(Instance(cfg, reqs), cfg.objective.weight_map(), expected, max_caps=2).run(30, progress=False)
+    assert res.caps == {"a": 3} and res.converged        # two ladder caps plus the shortest gen: gens rounded
+    assert res.bound == pytest.approx(expected, rel=1e-9)
+
+
+def test_percentile_count_at_own_gen(tmp_path):
+    """A p95 limit at the slowest request's latency (of five requests none may exceed it) is met by the one plan
+    there is: a member counted at its own gen, and no higher, is not slow."""
+    from tests.helpers import batch_numbers
+
+    cm_cfg, _ = config(tmp_path / "probe", {"a": SINGLES}, {"a": {}}, k=1, batch=1)
+    lats = sorted(batch_numbers(cm_cfg.cost_model, 64, [(p, g)])[1] for p, g in zip(*SINGLES))
+    limit = lats[-1]
+    cfg, reqs = config(tmp_path, {"a": SINGLES}, {"a": {"p95_latency_ms": limit}}, k=1, batch=1)
+    expected = singles_value(cfg, *SINGLES)
+    res = GlobalBound(Instance(cfg, reqs), cfg.objective.weight_map(), expected, max_caps=2).run(30, progress=False)
+    assert res.converged and res.bound == pytest.approx(expected, rel=1e-9)
