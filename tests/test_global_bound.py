@@ -56,31 +56,32 @@ def test_seeded_with_a_plan_still_bounds_the_optimum(tmp_path):
 # --- when the pipeline runs the bound stage -----------------------------------------------------------
 
 def test_bound_stage_share_by_default_only_in_context_mode_or_long_runs(tmp_path):
-    from solver import pipeline
+    from solver import stages
     from tests.test_semantics_models import TASK
 
     shape, _ = config(tmp_path / "s", {"a": ([40, 100], [10, 12])}, {"a": {}})
     context, _ = config(tmp_path / "c", {"a": ([40, 100], [10, 12])}, {"a": {}}, cost_model=TASK)
-    assert [pipeline.bound_share(shape, t) for t in (60, 299, 300, 600)] == [0.0, 0.0, 0.45, 0.45]
-    assert [pipeline.bound_share(context, t) for t in (60, 600)] == [0.2, 0.2]
-    assert (pipeline.bound_caps(shape), pipeline.bound_caps(context)) == (48, 2000)
+    assert [stages.bound_share(shape, t) for t in (60, 299, 300, 600)] == [0.0, 0.0, 0.45, 0.45]
+    assert [stages.bound_share(context, t) for t in (60, 600)] == [0.2, 0.2]
+    assert (stages.bound_caps(shape), stages.bound_caps(context)) == (48, 2000)
     fixed = shape.model_copy(update={"solver": shape.solver.model_copy(update={"bound_share": 0.1, "bound_caps": 7})})
-    assert (pipeline.bound_share(fixed, 600), pipeline.bound_caps(fixed)) == (0.1, 7)
-    assert shape.solver.polish_share + pipeline.bound_share(shape, 600) < 1      # CP-SAT keeps a share
+    assert (stages.bound_share(fixed, 600), stages.bound_caps(fixed)) == (0.1, 7)
+    assert shape.solver.polish_share + stages.bound_share(shape, 600) < 1      # CP-SAT keeps a share
 
 
 def test_bound_stage_skipped_when_the_presearch_bound_proves_the_best_plan(tmp_path, monkeypatch):
-    from solver import pipeline
+    from solver import stages
+    from solver.evaluate import run_heuristic
     from solver.results import Stages
 
     cfg, reqs = config(tmp_path, {"a": ([300, 20, 20, 130, 65, 250], [40, 2, 50, 3, 3, 5])}, {"a": {}}, k=2)
     inst = Instance(cfg, reqs)
-    best = pipeline.run_heuristic(inst, "dp")
+    best = run_heuristic(inst, "dp")
     calls = []
-    monkeypatch.setattr(pipeline, "global_bound", lambda *a, **k: calls.append(a) or "ran")
-    assert pipeline.run_bound_stage(inst, [best], 5.0, Stages(), best.objective) is None     # proven: skipped
-    assert pipeline.run_bound_stage(inst, [best], 0.0, Stages(), -np.inf) is None            # no time: off
-    assert pipeline.run_bound_stage(inst, [best], 5.0, Stages(), 0.5 * best.objective) == "ran" and len(calls) == 1
+    monkeypatch.setattr(stages, "global_bound", lambda *a, **k: calls.append(a) or "ran")
+    assert stages.run_bound_stage(inst, [best], 5.0, Stages(), best.objective) is None     # proven: skipped
+    assert stages.run_bound_stage(inst, [best], 0.0, Stages(), -np.inf) is None            # no time: off
+    assert stages.run_bound_stage(inst, [best], 5.0, Stages(), 0.5 * best.objective) == "ran" and len(calls) == 1
 
 
 # --- members charged at max(own gen, class cap) -----------------------------------------------------

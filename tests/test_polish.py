@@ -144,20 +144,20 @@ class Start:
 
 
 def test_polish_starts_are_the_best_plan_of_each_shape_set_close_to_the_best(monkeypatch):
-    from solver import pipeline
+    from solver import stages
 
-    monkeypatch.setattr(pipeline, "rank_key", Start.rank)
+    monkeypatch.setattr(stages, "rank_key", Start.rank)
     best, same_set, second, third = Start([1, 2], 100.0), Start([2, 1], 101.0), Start([1, 3], 110.0), Start([4], 105.0)
-    assert pipeline.polish_starts([second, same_set, best]) == [best, second]       # one per set, best first
-    assert pipeline.polish_starts([third, second, best]) == [best, third]           # at most POLISH_SETS
-    assert pipeline.polish_starts([Start([1, 3], 110.1), best]) == [best]           # over 10% more: left out
-    assert pipeline.polish_starts([Start([1, 3], 50.0, excess=0.2), best]) == [best]  # breaks a limit: left out
+    assert stages.polish_starts([second, same_set, best]) == [best, second]       # one per set, best first
+    assert stages.polish_starts([third, second, best]) == [best, third]           # at most POLISH_SETS
+    assert stages.polish_starts([Start([1, 3], 110.1), best]) == [best]           # over 10% more: left out
+    assert stages.polish_starts([Start([1, 3], 50.0, excess=0.2), best]) == [best]  # breaks a limit: left out
     broken = Start([5], 70.0, excess=0.1)
-    assert pipeline.polish_starts([broken, Start([6], 60.0, excess=0.3)]) == [broken]   # none meets: the least excess
+    assert stages.polish_starts([broken, Start([6], 60.0, excess=0.3)]) == [broken]   # none meets: the least excess
 
 
 def test_polishes_share_the_time_left_and_report_the_best(monkeypatch):
-    from solver import pipeline
+    from solver import stages
 
     clock, calls = [0.0], []
 
@@ -166,9 +166,9 @@ def test_polishes_share_the_time_left_and_report_the_best(monkeypatch):
         clock[0] += time_left / 2                  # each polish uses half its share
         return [Start(start.shapes, start.objective - 1)]
 
-    monkeypatch.setattr(pipeline.time, "monotonic", lambda: clock[0])
-    monkeypatch.setattr(pipeline, "run_polish", fake_polish)
+    monkeypatch.setattr(stages.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(stages, "run_polish", fake_polish)
     info = {}
-    out = pipeline.run_polishes(None, [Start([1], 100.0), Start([2], 104.0)], 30.0, None, info)
+    out = stages.run_polishes(None, [Start([1], 100.0), Start([2], 104.0)], 30.0, None, info)
     assert calls == [(100.0, 15.0), (104.0, 22.5)]      # the second gets what the first left
     assert [r.objective for r in out] == [99.0, 103.0] and info["polish_objective"] == 99.0

@@ -9,7 +9,7 @@ import pytest
 
 from models.cpsat_model import ShapeModel
 from models.instance import Instance, group_bucket, model_space
-from solver.pipeline import model_plan_exact
+from solver.stages import model_plan_exact
 from tests.brute import BucketAssignment, broken_limits, objective_of, plan_metrics, plan_value
 from tests.helpers import set_partitions
 from tests.test_models_alone import config
@@ -290,7 +290,7 @@ def test_global_bound_in_context_mode_below_the_optimum(tmp_path, limits, extra)
 def test_leads_that_cannot_be_placed_fall_back_to_the_writer(tmp_path, caplog):
     """A solution whose leads cannot be matched to its shapes (here: none at all) is a bug; the run still gets a
     valid plan, each warm-up placed by the writer, and says so in the log."""
-    from solver.pipeline import model_plan
+    from solver.stages import model_plan
     from solver.verify import verify_plans
     cfg, reqs = config(tmp_path, {"a": (PROMPTS, GENS)}, {"a": {"sequential_time_ms": 1e9}}, k=2, batch=3,
                        cost_model=TASK)

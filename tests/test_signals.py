@@ -129,6 +129,6 @@ def test_ctrl_c_during_the_swap_is_deferred_until_the_set_is_in(tmp_path, monkey
     (0.2, 1.0, False),      # a 1 s search cannot be told from a stop by the clock alone
 ])
 def test_cpsat_counts_as_stopped_only_well_before_its_limit(used, limit, stopped):
-    from solver.pipeline import early
+    from solver.stages import early
 
     assert early(used, limit) is stopped

@@ -1,0 +1,233 @@
+"""The search stages run_cpsat strings together (solver/pipeline.py), each with its share of the time: the global
+pair-LP bound, the shape-set LNS, the CP-SAT model and its plan, the pair-MIP polish; and the figures each adds
+to the report."""
+from __future__ import annotations
+
+import logging
+import math
+import time
+
+import numpy as np
+
+from models.config import Config
+from models.cost import Costs
+from models.cpsat_model import ShapeModel
+from models.instance import Instance, batch_caps, group_bucket, model_space, prune_shapes
+from models.plan import BucketPlan
+from solver import stop
+from solver.certify import proven_before_search
+from solver.evaluate import evaluate, rank_key
+from solver.global_bound import global_bound
+from solver.lns import LnsSettings, ShapeSetSearch, run_lns
+from solver.polish import polish
+from solver.postprocess import classes_to_plan, place_first_use, plan_to_classes
+from solver.results import MethodResult, Stages
+
+log = logging.getLogger(__name__)
+POLISH_SETS = 2          # distinct shape sets the polish re-solves (see polish_starts)
+POLISH_WITHIN = 0.1      # a second set is polished when its plan costs at most this much more than the best
+LONG_RUN_S = 300.0       # from this time limit on, the pair-LP bound runs by default outside context mode too
+LONG_BOUND_SHARE = 0.45  # its share then (with the polish's 0.5 default, CP-SAT keeps the rest)
+DETERMINISTIC_LNS_SETS = 40     # sets the LNS evaluates under deterministic_time when lns_sets is not given
+
+
+def deterministic(cfg: Config) -> bool:
+    """`solver.deterministic_time` is set: the run depends on the inputs alone. CP-SAT stops on that work
+    limit (not on wall time: time_limit_s does not bound it), the LNS runs before CP-SAT (unless
+    lns_share is 0) for `lns_sets` sets (default DETERMINISTIC_LNS_SETS), and the stages only a wall
+    clock bounds (the polish and the pair-LP bound: HiGHS has no work limit) are skipped."""
+    return cfg.solver.deterministic_time is not None
+
+
+def lns_sets(cfg: Config) -> int | None:
+    """Shape sets the LNS evaluates at most over all its stages (None: its time decides)."""
+    return cfg.solver.lns_sets or (DETERMINISTIC_LNS_SETS if deterministic(cfg) else None)
+
+
+def bound_share(cfg: Config, time_limit: float) -> float:
+    """The pair-LP bound's share: as configured, or (auto) 0.2 in spec 4b context mode, where its LP converges
+    within seconds over every distinct gen (static_graph: 2.2283e11 beside a 2.2292e11 plan); elsewhere
+    LONG_BOUND_SHARE of runs of at least LONG_RUN_S and 0 below (measured on the default config at 48 caps:
+    the Lagrangian bound passes the pre-search bound's 7.79e11 after about 120 s, reaches 8.50e11 at 220 s
+    and the LP converges to 9.545e11 in about 500 s; CP-SAT's own search added nothing there after 60 s)."""
+    if cfg.solver.bound_share is not None:
+        return cfg.solver.bound_share
+    if Costs(cfg.cost_model).context_mode:
+        return 0.2
+    return LONG_BOUND_SHARE if time_limit >= LONG_RUN_S else 0.0
+
+
+def bound_caps(cfg: Config) -> int:
+    """Gen caps per bucket in the pair-LP bound: as configured, or (auto) every distinct gen up to 2000 in
+    context mode, 48 elsewhere (at 96 caps its rounds on the default config take minutes each after the
+    fifth)."""
+    if cfg.solver.bound_caps is not None:
+        return cfg.solver.bound_caps
+    return 2000 if Costs(cfg.cost_model).context_mode else 48
+
+
+def lns_share(cfg: Config) -> float:
+    """The LNS's share before CP-SAT: as configured, or (auto) 0.2 in spec 4b context mode and 0 elsewhere
+    (measured: on the default config the polish of dp's 5-shape set reaches 1.058e12, of the LNS's 4-shape
+    set 1.074e12, so there the LNS runs on the time the polish leaves; on static_graph the LNS's set hints
+    CP-SAT and the polish of it reaches 2.229e11)."""
+    if cfg.solver.lns_share is not None:
+        return cfg.solver.lns_share
+    return 0.2 if Costs(cfg.cost_model).context_mode else 0.0
+
+
+def run_bound_stage(inst: Instance, heuristics: list[MethodResult], time_s: float, stages: Stages,
+                    presearch_bound: float = -math.inf):
+    """The global pair-LP bound (solver/global_bound.py), seeded with the best heuristic plan; None when off or
+    when the pre-search bound already proves that plan."""
+    best = min(heuristics, key=rank_key) if heuristics else None
+    if time_s <= 0 or proven_before_search(best, (presearch_bound,)):
+        return None
+    with stages.timed("lp_bound"):
+        return global_bound(inst, best.objective if best else 1.0, time_s, bound_caps(inst.cfg),
+                            inst.cfg.solver.log_progress, best.plans if best else None)
+
+
+def lp_info(info: dict, lp) -> None:
+    """The pair-LP bound stage's figures in the report."""
+    if lp is not None:
+        info.update({"lp_bound": lp.bound, "lp_value": lp.lp_value, "lp_converged": lp.converged,
+                     "lp_rounds": lp.rounds, "lp_pairs": lp.columns, "lp_time_s": lp.time_s})
+
+
+def run_lns_stage(inst: Instance, known: list[MethodResult], deadline: float, stages: Stages,
+                  search: ShapeSetSearch | None = None) -> tuple[list[MethodResult], ShapeSetSearch | None]:
+    """The shape-set LNS until `deadline`, seeded with the shapes of the plans known so far (or
+    continuing `search`): ([its best plan, verified], the search), or ([], None) when it is off."""
+    cfg = inst.cfg
+    if search is None and cfg.solver.lns_share == 0:
+        return [], None
+    if deadline - time.monotonic() < 0.5 or stop.requested():
+        return [], search
+    settings = LnsSettings(seed=cfg.solver.seed, log_progress=cfg.solver.log_progress, max_sets=lns_sets(cfg),
+                           backend=cfg.solver.backend, address=cfg.solver.address)
+    seeds = [h.shapes for h in sorted(known, key=rank_key)]
+    start = time.monotonic()
+    with stages.timed("lns"):
+        with stop.interruptible():
+            found = run_lns(inst, deadline, settings, seeds, search)
+        if found.best is None:
+            return [], found.search
+        result = evaluate(inst, "lns", found.best.plans, time.monotonic() - start, stages)
+    result.solver["plan_source"] = f"lns shape-set search ({found.sets} sets)"
+    log.info("lns: objective %.6g, limits %s, shapes %s, %d sets in %.1fs", result.objective,
+             "met" if result.feasible else "broken", result.shapes, found.sets, found.elapsed_s)
+    return [result], found.search
+
+
+def lns_info(info: dict, search: ShapeSetSearch | None) -> None:
+    """The LNS figures in the report: best objective and shapes, sets evaluated, moves, restarts."""
+    if search is None or search.best is None:
+        return
+    info.update({"lns_objective": search.best.objective, "lns_shapes": list(search.best.shapes),
+                 "lns_limits_met": not search.best.key[0], "lns_sets": len(search.evaluator.sets),
+                 "lns_steps": search.steps, "lns_moves": search.moves, "lns_restarts": search.restarts})
+
+
+def build_model(inst: Instance, heuristics: list[MethodResult], best_h: MethodResult | None):
+    """Candidate shapes (the model's space), groups and the CP-SAT model, hinted with the best heuristic plan."""
+    cfg = inst.cfg
+    keep = set().union(*[set(h.shapes) for h in heuristics]) if heuristics else set()
+    prompts = np.concatenate([r.fit for r in inst.requests.values()])
+    shapes = np.array(prune_shapes(inst.all_shapes, prompts, keep, cfg.solver.max_candidates), dtype=np.int64)
+    space = model_space(cfg, shapes, inst.requests, cfg.solver.max_candidates)
+    hinted = [h for h in heuristics if h.feasible] or ([best_h] if best_h else [])
+    hint = min(hinted, key=rank_key) if hinted else None
+    caps = {n: batch_caps(r, hint.plans[n]) if hint else () for n, r in inst.requests.items()}
+    groups = {n: group_bucket(r, space.levels, cfg.solver.gen_caps, caps[n], level=space.level_of(r))
+              for n, r in inst.requests.items()}
+    model = ShapeModel(cfg, space, groups, cfg.objective.weight_map(), best_h.objective if best_h else 1.0,
+                       inst.requests)
+    if hint:
+        model.add_hint({n: plan_to_classes(cfg, inst.requests[n], space, groups[n], hint.plans[n]) for n in groups})
+        log.info("cpsat: hint from %s (objective %.6g)", hint.method, hint.objective)
+    log.info("cpsat: model with %d variables, %d constraints, %d candidate shapes%s",
+             len(model.model.proto.variables), len(model.model.proto.constraints), len(shapes),
+             f", {len(space.levels)} decode-context levels" if space.context_mode else "")
+    return space, groups, model
+
+
+def model_plan(cfg: Config, req, space, groups, sol) -> BucketPlan:
+    """One bucket's plan from the CP-SAT solution, each shape's first use placed where the model put it (or,
+    where it placed none, where it hurts least)."""
+    try:
+        return model_plan_exact(cfg, req, space, groups, sol)
+    except (AssertionError, StopIteration) as err:          # a bug: keep the batches, place the warm-ups ourselves
+        log.error("cpsat: the model's first-use leads of %s could not be placed (%s); placed by the writer",
+                  req.bucket, err or type(err).__name__)
+    plan = classes_to_plan(cfg, req, space, groups, sol.v.get(req.bucket), sol.m[req.bucket],
+                           sol.bucket_use.get(req.bucket), sol.wo.get(req.bucket))
+    return place_first_use(cfg, req, plan)
+
+
+def model_plan_exact(cfg: Config, req, space, groups, sol) -> BucketPlan:
+    """model_plan without its fallback (tests use it to see the model alone)."""
+    n = req.bucket
+    plan = classes_to_plan(cfg, req, space, groups, sol.v.get(n), sol.m[n], sol.bucket_use.get(n),
+                           sol.wo.get(n), sol.lead.get(n))
+    return plan if n in sol.lead else place_first_use(cfg, req, plan)
+
+
+def early(used_s: float, limit_s: float) -> bool:
+    """CP-SAT ended well before its time limit: by 5% and by a second at least (its clock and ours start
+    a fraction of a second apart, so a short search that runs to its limit is not taken for a stop)."""
+    return used_s < min(0.95 * limit_s, limit_s - 1.0)
+
+
+def polish_starts(candidates: list[MethodResult]) -> list[MethodResult]:
+    """The plans the polish starts from, best first: the best plan of each distinct shape set, at most
+    POLISH_SETS, a later one only when it meets the limits and costs at most POLISH_WITHIN more than the best.
+    Measured on the default config: at 600 s CP-SAT's own plan beats dp's, yet dp's shape set polishes lower
+    (1.058e12 against 1.065e12), and 15 s of polish on dp's set reach what 30 s do, so sharing the time loses
+    little."""
+    ranked = sorted(candidates, key=rank_key)
+    best, out, seen = ranked[0], [], set()
+    for c in ranked:
+        key = tuple(sorted(c.shapes))
+        close = c is best or (c.feasible and c.objective <= best.objective * (1 + POLISH_WITHIN))
+        if key not in seen and close and len(out) < POLISH_SETS:
+            seen.add(key)
+            out.append(c)
+    return out
+
+
+def run_polishes(inst: Instance, starts: list[MethodResult], deadline: float, stages: Stages, info: dict) -> list:
+    """The polish of each start in turn, the time left shared equally among those still to run."""
+    out = []
+    for i, start in enumerate(starts):
+        if stop.requested():
+            break
+        share = (deadline - time.monotonic()) / (len(starts) - i)
+        out += run_polish(inst, start, share, stages, info)
+    if out:
+        info["polish_objective"] = min(r.objective for r in out)
+    return out
+
+
+def run_polish(inst: Instance, start: MethodResult, time_left: float, stages: Stages, info: dict) -> list:
+    """The pair-MIP polish of one plan on its own shapes: [] or [its result]."""
+    if time_left < 2.0:
+        return []
+    with stages.timed("polish"):
+        try:
+            with stop.interruptible():
+                plans = polish(inst, start.shapes, start.plans, start.objective, time_left)
+        except KeyboardInterrupt:           # stopped: keep the best plan so far
+            log.info("polish: stopped early")
+            plans = None
+        except AssertionError as err:        # a MIP answer that does not place every request: keep the rest
+            log.warning("polish: skipped (%s)", err)
+            plans = None
+    if plans is None:
+        return []
+    result = evaluate(inst, "cpsat", plans, 0.0, stages)
+    info["polish_time_s"] = stages["polish"]
+    base = start.solver.get("plan_source", "cpsat").split(" (")[0]
+    result.solver["plan_source"] = f"{base}, assignment re-solved by the pair MIP (polish)"
+    log.info("polish: objective %.6g (was %.6g)", result.objective, start.objective)
+    return [result]
