@@ -101,6 +101,7 @@ class BucketLP:
         f = class_data(cfg, inst.costs, space, BucketGroups(name, self.fine, fine_counts, req.real_tokens, True),
                        limits, req)
         self.member_per, self.member_tok, self.member_lat = f.per_request, f.tokens.astype(np.float64), f.latency
+        self.obj_scale = max(float(np.abs(wc * self.member_per + wp * self.member_tok).max()), 1.0)  # pricing tolerance
         self.obj_k = wc * oh + ws * d.latency[ci, cj]
         self.cap = d.capacity[ci, cj].astype(np.float64)
         self.constant = wc * d.cost_const + wp * d.pad_const
@@ -310,7 +311,7 @@ class GlobalBound:
         the demand rows kept, every other row dualized. New pairs: the most negative unwritten per group."""
         cap_dual = duals[b.capacity]
         pi = duals[b.demand]
-        tol = 1e-9 * max(float(np.abs(b.member_per).max()), float(np.abs(b.member_tok).max()), 1.0)
+        tol = 1e-9 * b.obj_scale
         term, new_g, new_c = 0.0, [], []
         step = max(1, chunk // max(b.num_classes, 1))
         for lo in range(0, len(b.n), step):
