@@ -122,3 +122,16 @@ def test_percentile_count_at_own_gen(tmp_path):
     expected = singles_value(cfg, *SINGLES)
     res = GlobalBound(Instance(cfg, reqs), cfg.objective.weight_map(), expected, max_caps=2).run(30, progress=False)
     assert res.converged and res.bound == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("objective", [{"minimize": "pad_tokens"}, {"weights": {"cost": 1.0, "pad_tokens": 1.0e7}}])
+def test_pad_objective_charged_at_own_gen(tmp_path, objective):
+    """Pad tokens in the objective: the one plan there is pays its prompt padding and no gen padding (one member
+    per batch), so the bound equals that weighted sum, as brute force finds it."""
+    cfg, reqs = config(tmp_path, {"a": SINGLES}, {"a": {}}, k=1, batch=1, objective=objective)
+    w = cfg.objective.weight_map()
+    pad = sum(64 - p for p in SINGLES[0])
+    expected = w.get("cost", 0.0) * singles_value(cfg, *SINGLES) + w.get("pad_tokens", 0.0) * pad
+    assert brute_force(cfg, reqs).objective == pytest.approx(expected, rel=1e-12)
+    res = GlobalBound(Instance(cfg, reqs), w, max(expected, 1.0), max_caps=2).run(30, progress=False)
+    assert res.converged and res.bound == pytest.approx(expected, rel=1e-9)
