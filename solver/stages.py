@@ -28,6 +28,9 @@ POLISH_SETS = 2          # distinct shape sets the polish re-solves (see polish_
 POLISH_WITHIN = 0.1      # a second set is polished when its plan costs at most this much more than the best
 LONG_RUN_S = 300.0       # from this time limit on, the pair-LP bound runs by default outside context mode too
 LONG_BOUND_SHARE = 0.45  # its share then (with the polish's 0.5 default, CP-SAT keeps the rest)
+SHORT_BOUND_SHARE = 0.25  # its share in shorter runs, from SHORT_RUN_S on
+SHORT_RUN_S = 30.0
+MIN_CPSAT_SHARE = 0.05    # what an auto bound share leaves CP-SAT at least
 DETERMINISTIC_LNS_SETS = 40     # sets the LNS evaluates under deterministic_time when lns_sets is not given
 
 
@@ -47,14 +50,16 @@ def lns_sets(cfg: Config) -> int | None:
 def bound_share(cfg: Config, time_limit: float) -> float:
     """The pair-LP bound's share: as configured, or (auto) 0.2 in spec 4b context mode, where its LP converges
     within seconds over every distinct gen (static_graph: 2.2283e11 beside a 2.2292e11 plan); elsewhere
-    LONG_BOUND_SHARE of runs of at least LONG_RUN_S and 0 below (measured on the default config at 48 caps:
-    the Lagrangian bound passes the pre-search bound's 7.79e11 after about 120 s, reaches 8.50e11 at 220 s
-    and the LP converges to 9.545e11 in about 500 s; CP-SAT's own search added nothing there after 60 s)."""
+    LONG_BOUND_SHARE of runs of at least LONG_RUN_S, SHORT_BOUND_SHARE from SHORT_RUN_S on (time for the coarse LP of
+    its cap ladder; measured on the default config: 12 caps converge to 8.61e11 in 14 s, beside the pre-search
+    bound's 7.79e11; CP-SAT's own search, whose time this is, added nothing there) and 0 below; an auto share never leaves
+    CP-SAT less than MIN_CPSAT_SHARE beside the polish and the LNS."""
     if cfg.solver.bound_share is not None:
         return cfg.solver.bound_share
     if Costs(cfg.cost_model).context_mode:
         return 0.2
-    return LONG_BOUND_SHARE if time_limit >= LONG_RUN_S else 0.0
+    auto = LONG_BOUND_SHARE if time_limit >= LONG_RUN_S else SHORT_BOUND_SHARE if time_limit >= SHORT_RUN_S else 0.0
+    return min(auto, max(0.0, round(1 - MIN_CPSAT_SHARE - cfg.solver.polish_share - lns_share(cfg), 9)))
 
 
 def bound_caps(cfg: Config) -> int:
@@ -92,7 +97,8 @@ def lp_info(info: dict, lp) -> None:
     """The pair-LP bound stage's figures in the report."""
     if lp is not None:
         info.update({"lp_bound": lp.bound, "lp_value": lp.lp_value, "lp_converged": lp.converged,
-                     "lp_rounds": lp.rounds, "lp_pairs": lp.columns, "lp_time_s": lp.time_s})
+                     "lp_rounds": lp.rounds, "lp_pairs": lp.columns, "lp_time_s": lp.time_s,
+                     "lp_ladder": [{"caps": c, "bound": b, "converged": v, "time_s": t} for c, b, v, t in lp.ladder]})
 
 
 def run_lns_stage(inst: Instance, known: list[MethodResult], deadline: float, stages: Stages,

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from models.instance import Instance
-from solver.global_bound import GlobalBound
+from solver.global_bound import GlobalBound, cap_ladder, global_bound
 from tests.brute import brute_force
 from tests.test_models_alone import config
 
@@ -61,7 +61,9 @@ def test_bound_stage_share_by_default_only_in_context_mode_or_long_runs(tmp_path
 
     shape, _ = config(tmp_path / "s", {"a": ([40, 100], [10, 12])}, {"a": {}})
     context, _ = config(tmp_path / "c", {"a": ([40, 100], [10, 12])}, {"a": {}}, cost_model=TASK)
-    assert [stages.bound_share(shape, t) for t in (60, 299, 300, 600)] == [0.0, 0.0, 0.45, 0.45]
+    assert [stages.bound_share(shape, t) for t in (10, 30, 299, 300, 600)] == [0.0, 0.25, 0.25, 0.45, 0.45]
+    crowded = shape.model_copy(update={"solver": shape.solver.model_copy(update={"lns_share": 0.4})})
+    assert stages.bound_share(crowded, 60) == pytest.approx(0.05)        # CP-SAT keeps 0.05 beside 0.5 + 0.4
     assert [stages.bound_share(context, t) for t in (60, 600)] == [0.2, 0.2]
     assert (stages.bound_caps(shape), stages.bound_caps(context)) == (48, 2000)
     fixed = shape.model_copy(update={"solver": shape.solver.model_copy(update={"bound_share": 0.1, "bound_caps": 7})})
@@ -135,3 +137,70 @@ def test_pad_objective_charged_at_own_gen(tmp_path, objective):
     assert brute_force(cfg, reqs).objective == pytest.approx(expected, rel=1e-12)
     res = GlobalBound(Instance(cfg, reqs), w, max(expected, 1.0), max_caps=2).run(30, progress=False)
     assert res.converged and res.bound == pytest.approx(expected, rel=1e-9)
+
+
+SEQ_WEIGHT = {"weights": {"cost": 1.0, "sequential_time_ms": 1.0e7}}
+
+
+def singles_latency(cfg, prompts, gens):
+    from tests.helpers import batch_numbers
+
+    return sum(batch_numbers(cfg.cost_model, 64, [(p, g)])[1] for p, g in zip(prompts, gens))
+
+
+def test_sequential_time_objective_charged_at_own_gen(tmp_path):
+    """Sequential time in the objective: each one-member batch's latency at its own gen, not at the cap below
+    it, so the bound equals the one plan's weighted sum (the batch latency at the cap alone gives less)."""
+    cfg, reqs = config(tmp_path, {"a": SINGLES}, {"a": {}}, k=1, batch=1, objective=SEQ_WEIGHT)
+    w = cfg.objective.weight_map()
+    expected = singles_value(cfg, *SINGLES) + w["sequential_time_ms"] * singles_latency(cfg, *SINGLES)
+    assert brute_force(cfg, reqs).objective == pytest.approx(expected, rel=1e-12)
+    res = GlobalBound(Instance(cfg, reqs), w, expected, max_caps=2).run(30, progress=False)
+    assert res.converged and res.bound == pytest.approx(expected, rel=1e-9)
+
+
+def test_sequential_time_limit_row_at_own_gen(tmp_path):
+    """A sequential-time limit 1 ms below the one plan's own: no plan meets it, and the LP can only meet it on
+    its slack, so its bound rises above the plan's cost (charged at the caps the limit would look met)."""
+    probe, _ = config(tmp_path / "probe", {"a": SINGLES}, {"a": {}}, k=1, batch=1)
+    seq = singles_latency(probe, *SINGLES)
+    cfg, reqs = config(tmp_path, {"a": SINGLES}, {"a": {"sequential_time_ms": seq - 1.0}}, k=1, batch=1)
+    expected = singles_value(cfg, *SINGLES)
+    res = GlobalBound(Instance(cfg, reqs), cfg.objective.weight_map(), expected, max_caps=2).run(30, progress=False)
+    assert res.converged and res.bound > expected * (1 + 1e-6)
+
+
+def test_sequential_time_objective_with_shared_batches_below_the_optimum(tmp_path):
+    """Members sharing batches: each pays at most the mean of what its gen adds to its batch's latency, so the
+    bound stays at or below brute force's optimum."""
+    cfg, reqs = config(tmp_path, {"a": ([300, 20, 20, 130, 65, 250], [40, 2, 50, 3, 3, 5])}, {"a": {}}, k=2,
+                       objective=SEQ_WEIGHT)
+    best = brute_force(cfg, reqs)
+    res = GlobalBound(Instance(cfg, reqs), cfg.objective.weight_map(), best.objective, max_caps=3).run(30,
+                                                                                                      progress=False)
+    assert res.converged and res.bound <= best.objective * (1 + 1e-9)
+    assert res.bound > 0.5 * best.objective
+
+
+# --- the cap ladder ---------------------------------------------------------------------------------
+
+def test_cap_ladder_coarse_first():
+    assert cap_ladder(48, False) == [12, 48]
+    assert cap_ladder(24, False) == [12, 24]
+    assert cap_ladder(10, False) == [10]
+    assert cap_ladder(2000, True) == [2000]
+
+
+def test_ladder_answer_is_the_best_bound_reached(tmp_path):
+    """Every LP of the ladder is a bound; the answer is the highest and it lists each LP."""
+    gens = list(range(3, 63, 2))                              # 30 distinct gens: 12 caps round them
+    prompts = [20 + 7 * i for i in range(len(gens))]
+    cfg, reqs = config(tmp_path, {"a": (prompts, gens)}, {"a": {}}, k=2)
+    inst = Instance(cfg, reqs)
+    res = global_bound(inst, 1e9, 60, max_caps=30, progress=False)
+    counts = [c for c, _, _, _ in res.ladder]
+    assert len(counts) == 2 and counts[0] < counts[1] == 30   # the last: every distinct gen a cap
+    assert all(v for _, _, v, _ in res.ladder)
+    assert res.bound == max(b for _, b, _, _ in res.ladder)
+    exact = GlobalBound(inst, cfg.objective.weight_map(), 1e9, max_caps=30).run(30, progress=False)
+    assert res.bound >= exact.bound * (1 - 1e-9)             # never below the configured LP alone
