@@ -204,3 +204,36 @@ def test_ladder_answer_is_the_best_bound_reached(tmp_path):
     assert res.bound == max(b for _, b, _, _ in res.ladder)
     exact = GlobalBound(inst, cfg.objective.weight_map(), 1e9, max_caps=30).run(30, progress=False)
     assert res.bound >= exact.bound * (1 - 1e-9)             # never below the configured LP alone
+
+
+def singles_bucket_cost(cfg, prompts, gens):
+    from tests.helpers import batch_numbers
+
+    return sum(batch_numbers(cfg.cost_model, 64, [(p, g)])[0] for p, g in zip(prompts, gens))
+
+
+@pytest.mark.parametrize("below,rises", [(0.0, False), (1.0, True)])
+def test_cost_limit_row_at_own_gen(tmp_path, below, rises):
+    """A bucket cost limit at the one plan's cost is met (the bound is that plan's objective); 1 below it no
+    plan meets it and the LP only on its slack, so the bound rises above the plan."""
+    probe, _ = config(tmp_path / "probe", {"a": SINGLES}, {"a": {}}, k=1, batch=1)
+    limit = singles_bucket_cost(probe, *SINGLES) - below
+    cfg, reqs = config(tmp_path, {"a": SINGLES}, {"a": {"cost": limit}}, k=1, batch=1)
+    expected = singles_value(cfg, *SINGLES)
+    if not rises:
+        assert brute_force(cfg, reqs).objective == pytest.approx(expected, rel=1e-12)
+    res = GlobalBound(Instance(cfg, reqs), cfg.objective.weight_map(), expected, max_caps=2).run(30, progress=False)
+    assert res.converged
+    if rises:
+        assert res.bound > expected * (1 + 1e-6)
+    else:
+        assert res.bound == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("limits,k", CASES)
+def test_lagrangian_meets_the_lp_at_convergence(tmp_path, limits, k):
+    """With no pair left to price in, the Lagrangian term is zero: the last round's Lagrangian bound is the LP."""
+    cfg, reqs = config(tmp_path, {"a": ([300, 20, 20, 130, 65, 250], [40, 2, 50, 3, 3, 5])}, {"a": limits}, k=k)
+    res = GlobalBound(Instance(cfg, reqs), cfg.objective.weight_map(), 1e9, max_caps=3).run(30, progress=False)
+    assert res.converged
+    assert res.history[-1][1] == pytest.approx(res.lp_value, rel=1e-9)
