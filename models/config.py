@@ -188,10 +188,12 @@ class Solver(Strict):
                                        "before CP-SAT); time the later stages leave goes back to it")
     bound_share: Optional[float] = Field(None, ge=0, lt=1, description="share of time_limit_s for the global "
                                          "pair-LP bound (column generation, gen caps rounded down) before the search "
-                                         "(0 = off; null = auto: 0.2 in spec 4b context mode, else 0.45 from a "
-                                         "300 s time limit on and off below; time it leaves goes to the later stages)")
+                                         "(0 = off; null = auto: 0.2 in spec 4b context mode, else 0.4 from a "
+                                         "30 s time limit on, 0.45 from 300 s on and off below, never leaving CP-SAT "
+                                         "under 0.05; time it leaves goes to the later stages)")
     bound_caps: Optional[int] = Field(None, ge=2, le=2000, description="gen caps per bucket in the pair-LP bound "
-                                      "(null = auto: every distinct gen up to 2000 in context mode, else 48)")
+                                      "(null = auto: every distinct gen up to 2000 in context mode, else 48; outside "
+                                      "context mode a 12-cap LP runs first and the finer one only if it converged)")
     lns_sets: Optional[int] = Field(None, ge=1, le=10_000_000, description="shape sets the LNS evaluates at most "
                                     "over all its stages (null = as many as its time allows; under "
                                     "deterministic_time 40)")

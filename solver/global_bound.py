@@ -166,7 +166,7 @@ class GlobalBound:
         self.reference = max(abs(reference), 1.0)
         self.h = quiet_highs(highspy)
         self.h.setOptionValue("output_flag", False)
-        self.h.setOptionValue("simplex_strategy", int(os.environ.get("SP_SIMPLEX", 4)))  # 4: primal (new columns keep the basis feasible)
+        self.h.setOptionValue("simplex_strategy", 4)  # primal: new columns keep the basis feasible (dual: as fast)
         self.inf = highspy.kHighsInf
         self.optimal = highspy.HighsModelStatus.kOptimal
         self.weights = weights

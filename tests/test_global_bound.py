@@ -61,7 +61,7 @@ def test_bound_stage_share_by_default_only_in_context_mode_or_long_runs(tmp_path
 
     shape, _ = config(tmp_path / "s", {"a": ([40, 100], [10, 12])}, {"a": {}})
     context, _ = config(tmp_path / "c", {"a": ([40, 100], [10, 12])}, {"a": {}}, cost_model=TASK)
-    assert [stages.bound_share(shape, t) for t in (10, 30, 299, 300, 600)] == [0.0, 0.25, 0.25, 0.45, 0.45]
+    assert [stages.bound_share(shape, t) for t in (10, 30, 299, 300, 600)] == [0.0, 0.4, 0.4, 0.45, 0.45]
     crowded = shape.model_copy(update={"solver": shape.solver.model_copy(update={"lns_share": 0.4})})
     assert stages.bound_share(crowded, 60) == pytest.approx(0.05)        # CP-SAT keeps 0.05 beside 0.5 + 0.4
     assert [stages.bound_share(context, t) for t in (60, 600)] == [0.2, 0.2]
