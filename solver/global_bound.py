@@ -392,6 +392,6 @@ def global_bound(inst: Instance, reference: float, time_limit_s: float, max_caps
             break
     if best is None:
         return None
-    best.time_s = time.monotonic() - start
     best.ladder = [(max(r.caps.values()), r.bound, r.converged, r.time_s) for r in runs]
+    best.time_s = time.monotonic() - start
     return best

@@ -202,6 +202,7 @@ def test_ladder_answer_is_the_best_bound_reached(tmp_path):
     assert len(counts) == 2 and counts[0] < counts[1] == 30   # the last: every distinct gen a cap
     assert all(v for _, _, v, _ in res.ladder)
     assert res.bound == max(b for _, b, _, _ in res.ladder)
+    assert sum(t for _, _, _, t in res.ladder) <= res.time_s + 1e-6   # each LP its own time, the answer the total
     exact = GlobalBound(inst, cfg.objective.weight_map(), 1e9, max_caps=30).run(30, progress=False)
     assert res.bound >= exact.bound * (1 - 1e-9)             # never below the configured LP alone
 
