@@ -9,7 +9,6 @@ from pathlib import Path
 from models.config import Config
 from models.plan import BucketPlan
 from models.requests import Requests
-from solver.commands.report import build_report, write_outputs
 from solver.verify import BucketMetrics, rank
 
 
@@ -78,10 +77,12 @@ class SolveResult:
 
     def report(self) -> dict:
         """The report.json content (spec section 6)."""
+        from solver.commands.report import build_report   # the commands use results, not the other way round
         return build_report(self)
 
     def write(self, out_dir) -> dict:
         """Write the verified plans and the report atomically; returns the report."""
+        from solver.commands.output import write_outputs
         report = self.report()
         write_outputs(self, Path(out_dir), report)
         return report
