@@ -238,3 +238,103 @@ def test_lagrangian_meets_the_lp_at_convergence(tmp_path, limits, k):
     res = GlobalBound(Instance(cfg, reqs), cfg.objective.weight_map(), 1e9, max_caps=3).run(30, progress=False)
     assert res.converged
     assert res.history[-1][1] == pytest.approx(res.lp_value, rel=1e-9)
+
+
+# --- column generation against the LP with every pair written ------------------------------------------
+
+SPREAD = ([300, 20, 20, 130, 65, 250, 190, 500, 90, 40], [40, 2, 50, 3, 3, 5, 17, 9, 28, 12])
+
+
+def full_lp_value(inst, caps: int) -> float:
+    """The same LP with every eligible pair written up front and solved once: what pricing must reach."""
+    model = GlobalBound(inst, inst.cfg.objective.weight_map(), 1e9, max_caps=caps)
+    for b in model.buckets:
+        gs, cs = np.nonzero(b.eligible(np.arange(len(b.n))))
+        model.add_pairs(b, gs, cs)
+    model.h.run()
+    return model.h.getInfo().objective_function_value * model.reference + model.constant
+
+
+@pytest.mark.parametrize("limits,k", CASES)
+def test_column_generation_reaches_the_lp_over_every_pair(tmp_path, limits, k):
+    """Priced in one group's best pair per round, the LP converges to the LP over every pair, and the
+    Lagrangian bound of every round stays at or below it."""
+    cfg, reqs = config(tmp_path, {"a": SPREAD}, {"a": limits}, k=k)
+    inst = Instance(cfg, reqs)
+    full = full_lp_value(inst, 4)
+    res = GlobalBound(inst, cfg.objective.weight_map(), 1e9, max_caps=4).run(60, per_group=1, progress=False)
+    assert res.converged and res.rounds > 1
+    assert res.lp_value == pytest.approx(full, rel=1e-7)
+    for _, lagrangian in res.history:
+        assert lagrangian <= full * (1 + 1e-9) + 1e-6
+
+
+def test_a_group_may_join_classes_at_or_above_its_shape_and_floor_cap(tmp_path):
+    """Eligibility from the requests themselves: the class shape covers the prompt, and the class cap is at
+    or above the largest ladder cap at or below the gen."""
+    cfg, reqs = config(tmp_path, {"a": SPREAD}, {"a": {}}, k=2)
+    b = GlobalBound(Instance(cfg, reqs), cfg.objective.weight_map(), 1e9, max_caps=4).buckets[0]
+    got = b.eligible(np.arange(len(b.n)))
+    req = reqs["a"]
+    for r in range(len(req)):
+        g = b.request_group[r]
+        floor = max(int(c) for c in b.caps if c <= req.gen[r])
+        for c in range(b.num_classes):
+            want = b.space.levels[b.ci[c]] >= req.fit[r] and b.caps[b.cj[c]] >= floor
+            assert got[g, c] == want, (r, c)
+
+
+def test_a_seeded_first_lp_already_holds_the_plan(tmp_path):
+    """The plan's own pairs are written before the first solve, and the relaxation never charges a plan more
+    than it costs: the first restricted LP is at or below the plan's objective."""
+    from solver.evaluate import evaluate
+    from solver.heuristics import dp
+
+    cfg, reqs = config(tmp_path, {"a": SPREAD}, {"a": {"sequential_time_ms": 2000}}, k=2)
+    inst = Instance(cfg, reqs)
+    plans = dp(inst)
+    objective = evaluate(inst, "dp", plans, 0.0).objective
+    res = GlobalBound(inst, cfg.objective.weight_map(), 1e9, max_caps=4).run(60, per_group=1, progress=False,
+                                                                            plans=plans)
+    assert res.history[0][0] <= objective * (1 + 1e-9)
+
+
+def test_ladder_of_twelve_caps_is_one_lp():
+    assert cap_ladder(12, False) == [12]
+    assert cap_ladder(13, False) == [12, 13]
+
+
+def test_bound_applies_to_section_4_with_a_token_cap_and_not_to_other_semantics(tmp_path):
+    from tests.test_models_alone import REQUEST_SEMANTICS
+
+    cfg, reqs = config(tmp_path / "t", {"a": SPREAD}, {"a": {}}, k=2, tokens=4096)
+    assert global_bound(Instance(cfg, reqs), 1e9, 30, max_caps=4, progress=False) is not None
+    cfg, reqs = config(tmp_path / "r", {"a": SPREAD}, {"a": {}}, k=2, **REQUEST_SEMANTICS)
+    assert global_bound(Instance(cfg, reqs), 1e9, 30, max_caps=4, progress=False) is None
+    context = {"cost_model": dict(REQUEST_SEMANTICS["cost_model"], decode_context="batch")}
+    cfg, reqs = config(tmp_path / "c", {"a": SPREAD}, {"a": {}}, k=2, tokens=4096, **context)
+    assert global_bound(Instance(cfg, reqs), 1e9, 30, max_caps=4, progress=False) is None
+    cfg, reqs = config(tmp_path / "d", {"a": SPREAD}, {"a": {}}, k=2, **context)
+    res = global_bound(Instance(cfg, reqs), 1e9, 30, max_caps=4, progress=False)
+    assert len(res.ladder) == 1                              # context mode: one LP, no coarse one first
+
+
+def test_an_unconverged_coarse_lp_is_the_answer_and_ends_the_ladder(tmp_path, monkeypatch):
+    """A coarse LP stopped before convergence still gives its (Lagrangian) bound; no finer LP follows."""
+    import time
+
+    real = GlobalBound.run
+
+    def stopped(self, time_limit_s, **kw):
+        result = real(self, time_limit_s, **kw)
+        result.converged = False
+        return result
+
+    monkeypatch.setattr(GlobalBound, "run", stopped)
+    gens = list(range(3, 63, 2))
+    cfg, reqs = config(tmp_path, {"a": ([20 + 7 * i for i in range(len(gens))], gens)}, {"a": {}}, k=2)
+    start = time.monotonic()
+    res = global_bound(Instance(cfg, reqs), 1e9, 60, max_caps=30, progress=False)
+    wall = time.monotonic() - start
+    assert res is not None and len(res.ladder) == 1 and res.ladder[0][0] < 30
+    assert 0 <= res.time_s <= wall
