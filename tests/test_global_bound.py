@@ -261,10 +261,12 @@ def test_column_generation_reaches_the_lp_over_every_pair(tmp_path, limits, k):
     Lagrangian bound of every round stays at or below it."""
     cfg, reqs = config(tmp_path, {"a": SPREAD}, {"a": limits}, k=k)
     inst = Instance(cfg, reqs)
-    full = full_lp_value(inst, 4)
-    res = GlobalBound(inst, cfg.objective.weight_map(), 1e9, max_caps=4).run(60, per_group=1, progress=False)
-    assert res.converged and res.rounds > 1
+    full = full_lp_value(inst, 8)
+    res = GlobalBound(inst, cfg.objective.weight_map(), 1e9, max_caps=8).run(60, per_group=1, progress=False)
+    assert res.converged and res.rounds > 1 and res.rounds == len(res.history)
     assert res.lp_value == pytest.approx(full, rel=1e-7)
+    assert 0 < res.columns <= sum(int(b.eligible(np.arange(len(b.n))).sum())
+                                  for b in GlobalBound(inst, cfg.objective.weight_map(), 1e9, max_caps=8).buckets)
     for _, lagrangian in res.history:
         assert lagrangian <= full * (1 + 1e-9) + 1e-6
 
@@ -338,3 +340,17 @@ def test_an_unconverged_coarse_lp_is_the_answer_and_ends_the_ladder(tmp_path, mo
     wall = time.monotonic() - start
     assert res is not None and len(res.ladder) == 1 and res.ladder[0][0] < 30
     assert 0 <= res.time_s <= wall
+
+
+@pytest.mark.parametrize("limits", [{"sequential_time_ms": 1500}, {"p95_latency_ms": 800}, {"p99_latency_ms": 800},
+                                    {"pad_ratio": 0.4}, {"cost": 3.5e8}])
+def test_a_binding_limit_raises_the_bound(tmp_path, limits):
+    """Each limit is a row of the LP: one the unconstrained LP breaks lifts the bound (without the penalty slack:
+    the bound stays below the unconstrained one plus the compile cost of one more shape)."""
+    def bound(lim, sub):
+        cfg, reqs = config(tmp_path / sub, {"a": SPREAD}, {"a": lim}, k=2)
+        return GlobalBound(Instance(cfg, reqs), cfg.objective.weight_map(), 1e9, max_caps=8).run(
+            30, progress=False).bound
+
+    free, held = bound({}, "free"), bound(limits, "held")
+    assert free * (1 + 1e-6) < held < 10 * free
