@@ -180,8 +180,10 @@ class Solver(Strict):
                                                          "trace has at most this many distinct gen lengths)")
     max_candidates: int = Field(64, ge=1, le=100_000, description="candidate shapes in the model at most (pruned beyond)")
     log_progress: bool = Field(True, description="stream incumbent, bound and gap while searching")
-    polish_share: float = Field(0.5, ge=0, lt=1, description="share of time_limit_s for the pair-MIP polish of "
-                                                             "the best plan's assignment after CP-SAT (0 = off)")
+    polish_share: Optional[float] = Field(None, ge=0, lt=1, description="share of time_limit_s for the pair-MIP "
+                                          "polish of the best plan's assignment after CP-SAT (0 = off; null = auto: "
+                                          "0.5, or 0.3 from a 300 s time limit on when bound_share is auto, outside "
+                                          "spec 4b context mode)")
     lns_share: Optional[float] = Field(None, ge=0, lt=1, description="share of time_limit_s for the large-"
                                        "neighbourhood search over shape sets before CP-SAT, whose best plan hints "
                                        "CP-SAT (0 = off; null = auto: 0.2 in spec 4b context mode, else none "
@@ -189,7 +191,7 @@ class Solver(Strict):
     bound_share: Optional[float] = Field(None, ge=0, lt=1, description="share of time_limit_s for the global "
                                          "pair-LP bound (column generation, gen caps rounded down) before the search "
                                          "(0 = off; null = auto: 0.2 in spec 4b context mode, else 0.4 from a "
-                                         "30 s time limit on, 0.45 from 300 s on and off below, never leaving CP-SAT "
+                                         "30 s time limit on, 0.65 from 300 s on and off below, never leaving CP-SAT "
                                          "under 0.05; time it leaves goes to the later stages)")
     bound_caps: Optional[int] = Field(None, ge=2, le=2000, description="gen caps per bucket in the pair-LP bound "
                                       "(null = auto: every distinct gen up to 2000 in context mode, else 48; outside "
@@ -231,7 +233,8 @@ class Solver(Strict):
 
     @model_validator(mode="after")
     def _shares(self):
-        total = self.polish_share + (self.lns_share or 0.0) + (self.bound_share or 0.0)
+        polish = 0.5 if self.polish_share is None else self.polish_share     # the largest auto share
+        total = polish + (self.lns_share or 0.0) + (self.bound_share or 0.0)
         if total >= 1:
             raise ValueError(f"polish_share + lns_share + bound_share = {total:g} must be below 1 "
                              "(the rest is CP-SAT's)")

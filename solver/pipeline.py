@@ -22,7 +22,7 @@ from solver.evaluate import evaluate, kept_copy, rank_key, run_heuristic
 from solver.parallel import RaySession, check_backend
 from solver.results import MethodResult, SolveResult, Stages
 from solver.stages import (bound_share, build_model, deterministic, early, lns_info, lns_share, lp_info,
-                           model_plan, polish_starts, run_bound_stage, run_lns_stage, run_polishes)
+                           model_plan, polish_share, polish_starts, run_bound_stage, run_lns_stage, run_polishes)
 
 log = logging.getLogger(__name__)
 METHODS = ("cpsat", "dp", "greedy", "baseline", "baseline_step128", "baseline_exp")
@@ -80,7 +80,7 @@ def search_stages(inst: Instance, heuristics: list[MethodResult], time_limit: fl
     start = time.monotonic()
     det = deterministic(cfg)
     deadline = math.inf if det else start + time_limit
-    polish_share = 0.0 if det else cfg.solver.polish_share
+    polish_part = 0.0 if det else polish_share(cfg, time_limit)
     lp = run_bound_stage(inst, heuristics, 0.0 if det else time_limit * bound_share(cfg, time_limit), stages,
                          presearch_bound)
     lns_end = deadline if det else min(time.monotonic() + time_limit * lns_share(cfg), deadline)
@@ -90,7 +90,7 @@ def search_stages(inst: Instance, heuristics: list[MethodResult], time_limit: fl
     known = (presearch_bound, lp.bound if lp is not None else None)
     if proven_before_search(best_h, known):
         return proven_plan(inst, best_h, known, lp, search, start), search
-    cpsat_end = deadline - time_limit * polish_share
+    cpsat_end = deadline - time_limit * polish_part
     with stages.timed("cpsat"):
         space, groups, model = build_model(inst, searched, best_h)
         cpsat_s = max(cpsat_end - time.monotonic(), 1.0)
@@ -116,7 +116,7 @@ def search_stages(inst: Instance, heuristics: list[MethodResult], time_limit: fl
         candidates.append(evaluate(inst, "cpsat", plans, 0.0, stages, place=False))
         candidates[-1].solver["plan_source"] = "cpsat"
     candidates += [kept_copy(h) for h in searched]
-    if candidates and polish_share > 0 and not interrupted:
+    if candidates and polish_part > 0 and not interrupted:
         candidates += run_polishes(inst, polish_starts(candidates), deadline, stages, info)
     if cfg.solver.lns_share != 0 and not det and not stop.requested() and \
             not proven(sol, bound, candidates, inst, space, groups):

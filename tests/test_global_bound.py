@@ -61,14 +61,20 @@ def test_bound_stage_share_by_default_only_in_context_mode_or_long_runs(tmp_path
 
     shape, _ = config(tmp_path / "s", {"a": ([40, 100], [10, 12])}, {"a": {}})
     context, _ = config(tmp_path / "c", {"a": ([40, 100], [10, 12])}, {"a": {}}, cost_model=TASK)
-    assert [stages.bound_share(shape, t) for t in (10, 30, 299, 300, 600)] == [0.0, 0.4, 0.4, 0.45, 0.45]
+    assert [stages.bound_share(shape, t) for t in (10, 30, 299, 300, 600)] == [0.0, 0.4, 0.4, 0.65, 0.65]
+    assert [stages.polish_share(shape, t) for t in (10, 299, 300, 600)] == [0.5, 0.5, 0.3, 0.3]
+    assert [stages.polish_share(context, t) for t in (60, 600)] == [0.5, 0.5]
     crowded = shape.model_copy(update={"solver": shape.solver.model_copy(update={"lns_share": 0.4})})
     assert stages.bound_share(crowded, 60) == pytest.approx(0.05)        # CP-SAT keeps 0.05 beside 0.5 + 0.4
     assert [stages.bound_share(context, t) for t in (60, 600)] == [0.2, 0.2]
     assert (stages.bound_caps(shape), stages.bound_caps(context)) == (48, 2000)
     fixed = shape.model_copy(update={"solver": shape.solver.model_copy(update={"bound_share": 0.1, "bound_caps": 7})})
     assert (stages.bound_share(fixed, 600), stages.bound_caps(fixed)) == (0.1, 7)
-    assert shape.solver.polish_share + stages.bound_share(shape, 600) < 1      # CP-SAT keeps a share
+    assert stages.polish_share(fixed, 600) == 0.5             # a bound share set by hand keeps the polish's 0.5
+    polished = shape.model_copy(update={"solver": shape.solver.model_copy(update={"polish_share": 0.2})})
+    assert (stages.polish_share(polished, 600), stages.bound_share(polished, 600)) == (0.2, 0.65)
+    for t in (60, 300, 600):
+        assert stages.polish_share(shape, t) + stages.bound_share(shape, t) <= 1 - stages.MIN_CPSAT_SHARE + 1e-12
 
 
 def test_bound_stage_skipped_when_the_presearch_bound_proves_the_best_plan(tmp_path, monkeypatch):
@@ -255,6 +261,21 @@ def full_lp_value(inst, caps: int) -> float:
     return model.h.getInfo().objective_function_value * model.reference + model.constant
 
 
+def test_column_generation_on_two_buckets_reaches_the_lp_over_every_pair(tmp_path):
+    """Pricing stops only when no bucket has a pair left to price in."""
+    cfg, reqs = config(tmp_path, {"a": SPREAD, "b": ([70, 330, 20, 140, 260], [6, 44, 21, 2, 30])},
+                       {"a": {"sequential_time_ms": 1500}, "b": {}}, k=2)
+    inst = Instance(cfg, reqs)
+    res = GlobalBound(inst, cfg.objective.weight_map(), 1e9, max_caps=8).run(60, per_group=1, progress=False)
+    assert res.converged and res.lp_value == pytest.approx(full_lp_value(inst, 8), rel=1e-7)
+
+
+def test_no_time_no_round(tmp_path):
+    cfg, reqs = config(tmp_path, {"a": SPREAD}, {"a": {}}, k=2)
+    res = GlobalBound(Instance(cfg, reqs), cfg.objective.weight_map(), 1e9, max_caps=8).run(0, progress=False)
+    assert (res.rounds, res.converged, res.history) == (0, False, []) and res.bound == -np.inf
+
+
 @pytest.mark.parametrize("limits,k", CASES)
 def test_column_generation_reaches_the_lp_over_every_pair(tmp_path, limits, k):
     """Priced in one group's best pair per round, the LP converges to the LP over every pair, and the
@@ -280,6 +301,8 @@ def test_a_group_may_join_classes_at_or_above_its_shape_and_floor_cap(tmp_path):
     req = reqs["a"]
     for r in range(len(req)):
         g = b.request_group[r]
+        assert b.gg[g] == req.gen[r] and b.space.levels[b.gi[g]] >= req.fit[r]       # own gen, own shape level
+        assert b.gi[g] == 0 or b.space.levels[b.gi[g] - 1] < req.fit[r]
         floor = max(int(c) for c in b.caps if c <= req.gen[r])
         for c in range(b.num_classes):
             want = b.space.levels[b.ci[c]] >= req.fit[r] and b.caps[b.cj[c]] >= floor
@@ -354,3 +377,21 @@ def test_a_binding_limit_raises_the_bound(tmp_path, limits):
 
     free, held = bound({}, "free"), bound(limits, "held")
     assert free * (1 + 1e-6) < held < 10 * free
+
+
+def test_no_time_left_for_the_finer_lp_keeps_the_coarse_answer(tmp_path, monkeypatch):
+    """The coarse LP converged but used up the time: its bound is the answer, and no finer LP starts."""
+    import time
+
+    real = GlobalBound.run
+
+    def slow(self, time_limit_s, **kw):
+        result = real(self, time_limit_s, **kw)
+        time.sleep(1.1)
+        return result
+
+    monkeypatch.setattr(GlobalBound, "run", slow)
+    gens = list(range(3, 63, 2))
+    cfg, reqs = config(tmp_path, {"a": ([20 + 7 * i for i in range(len(gens))], gens)}, {"a": {}}, k=2)
+    res = global_bound(Instance(cfg, reqs), 1e9, 1.0, max_caps=30, progress=False)
+    assert res is not None and res.converged and len(res.ladder) == 1
