@@ -295,7 +295,7 @@ def test_column_generation_reaches_the_lp_over_every_pair(tmp_path, limits, k):
 def test_a_group_may_join_classes_at_or_above_its_shape_and_floor_cap(tmp_path):
     """Eligibility from the requests themselves: the class shape covers the prompt, and the class cap is at
     or above the largest ladder cap at or below the gen."""
-    cfg, reqs = config(tmp_path, {"a": SPREAD}, {"a": {}}, k=2)
+    cfg, reqs = config(tmp_path, {"a": (SPREAD[0] + [480], SPREAD[1] + [1])}, {"a": {}}, k=2)   # gen 1 at level 5
     b = GlobalBound(Instance(cfg, reqs), cfg.objective.weight_map(), 1e9, max_caps=4).buckets[0]
     got = b.eligible(np.arange(len(b.n)))
     req = reqs["a"]
