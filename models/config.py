@@ -20,6 +20,7 @@ from models.files import read_text
 from models.strict import Strict
 
 METRICS = ("cost", "sequential_time_ms", "pad_tokens")
+AUTO_POLISH_SHARE = 0.5   # solver.polish_share when null and no long run shortens it (solver/stages.py)
 Metric = Literal["cost", "sequential_time_ms", "pad_tokens"]
 
 
@@ -233,7 +234,7 @@ class Solver(Strict):
 
     @model_validator(mode="after")
     def _shares(self):
-        polish = 0.5 if self.polish_share is None else self.polish_share     # the largest auto share
+        polish = AUTO_POLISH_SHARE if self.polish_share is None else self.polish_share   # the largest auto share
         total = polish + (self.lns_share or 0.0) + (self.bound_share or 0.0)
         if total >= 1:
             raise ValueError(f"polish_share + lns_share + bound_share = {total:g} must be below 1 "

@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from models.config import Config
+from models.config import AUTO_POLISH_SHARE, Config
 from models.cost import Costs
 from models.cpsat_model import ShapeModel
 from models.instance import Instance, batch_caps, group_bucket, model_space, prune_shapes
@@ -28,7 +28,7 @@ POLISH_SETS = 2          # distinct shape sets the polish re-solves (see polish_
 POLISH_WITHIN = 0.1      # a second set is polished when its plan costs at most this much more than the best
 LONG_RUN_S = 300.0       # from this time limit on, the pair-LP bound runs by default outside context mode too
 LONG_BOUND_SHARE = 0.65  # its share then (the polish's auto share is then LONG_POLISH_SHARE, CP-SAT keeps the rest)
-POLISH_SHARE = 0.5       # the polish's auto share
+POLISH_SHARE = AUTO_POLISH_SHARE   # the polish's auto share (the config's share check assumes it too)
 LONG_POLISH_SHARE = 0.3  # ... in runs of LONG_RUN_S or more whose bound share is auto (outside context mode)
 SHORT_BOUND_SHARE = 0.4   # its share in shorter runs, from SHORT_RUN_S on (24 s of a 60 s run: the 12-cap LP
                           # of the default config converges in 12-21 s, by machine)

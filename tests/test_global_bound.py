@@ -197,12 +197,17 @@ def test_cap_ladder_coarse_first():
     assert cap_ladder(2000, True) == [2000]
 
 
+def ladder_instance(tmp_path) -> Instance:
+    """30 distinct gens (12 caps round them) on 30 prompts: a ladder of two LPs."""
+    gens = list(range(3, 63, 2))
+    cfg, reqs = config(tmp_path, {"a": ([20 + 7 * i for i in range(len(gens))], gens)}, {"a": {}}, k=2)
+    return Instance(cfg, reqs)
+
+
 def test_ladder_answer_is_the_best_bound_reached(tmp_path):
     """Every LP of the ladder is a bound; the answer is the highest and it lists each LP."""
-    gens = list(range(3, 63, 2))                              # 30 distinct gens: 12 caps round them
-    prompts = [20 + 7 * i for i in range(len(gens))]
-    cfg, reqs = config(tmp_path, {"a": (prompts, gens)}, {"a": {}}, k=2)
-    inst = Instance(cfg, reqs)
+    inst = ladder_instance(tmp_path)
+    cfg = inst.cfg
     res = global_bound(inst, 1e9, 60, max_caps=30, progress=False)
     counts = [c for c, _, _, _ in res.ladder]
     assert len(counts) == 2 and counts[0] < counts[1] == 30   # the last: every distinct gen a cap
@@ -356,10 +361,9 @@ def test_an_unconverged_coarse_lp_is_the_answer_and_ends_the_ladder(tmp_path, mo
         return result
 
     monkeypatch.setattr(GlobalBound, "run", stopped)
-    gens = list(range(3, 63, 2))
-    cfg, reqs = config(tmp_path, {"a": ([20 + 7 * i for i in range(len(gens))], gens)}, {"a": {}}, k=2)
+    inst = ladder_instance(tmp_path)
     start = time.monotonic()
-    res = global_bound(Instance(cfg, reqs), 1e9, 60, max_caps=30, progress=False)
+    res = global_bound(inst, 1e9, 60, max_caps=30, progress=False)
     wall = time.monotonic() - start
     assert res is not None and len(res.ladder) == 1 and res.ladder[0][0] < 30
     assert 0 <= res.time_s <= wall
@@ -391,7 +395,5 @@ def test_no_time_left_for_the_finer_lp_keeps_the_coarse_answer(tmp_path, monkeyp
         return result
 
     monkeypatch.setattr(GlobalBound, "run", slow)
-    gens = list(range(3, 63, 2))
-    cfg, reqs = config(tmp_path, {"a": ([20 + 7 * i for i in range(len(gens))], gens)}, {"a": {}}, k=2)
-    res = global_bound(Instance(cfg, reqs), 1e9, 1.0, max_caps=30, progress=False)
+    res = global_bound(ladder_instance(tmp_path), 1e9, 1.0, max_caps=30, progress=False)
     assert res is not None and res.converged and len(res.ladder) == 1
