@@ -42,6 +42,7 @@ from models.instance import BucketGroups, Instance, Space, aligned, batch_classe
 log = logging.getLogger(__name__)
 INF = math.inf
 LADDER = (12,)            # coarse gen caps per bucket solved before the configured count (see cap_ladder)
+FINER_START = 4.0        # a finer LP starts only with at least this many times the previous LP's time left (see global_bound)
 PENALTY = 100.0          # a limit exceeded by its own size costs this many times the reference objective
 
 
@@ -166,7 +167,9 @@ class GlobalBound:
         self.reference = max(abs(reference), 1.0)
         self.h = quiet_highs(highspy)
         self.h.setOptionValue("output_flag", False)
-        self.h.setOptionValue("simplex_strategy", 4)  # primal: new columns keep the basis feasible (dual: as fast)
+        # dual simplex (measured on the default config, one core, seeded with dp's plan: 12 caps converge in 16-17 s
+        # against 20-22 s with the primal; 48 caps reach 9.62e11 in 240 s against the primal's 9.11e11)
+        self.h.setOptionValue("simplex_strategy", 1)
         self.inf = highspy.kHighsInf
         self.optimal = highspy.HighsModelStatus.kOptimal
         self.weights = weights
@@ -355,9 +358,9 @@ def quiet_highs(highspy):
 
 def cap_ladder(max_caps: int, context_mode: bool) -> list[int]:
     """Gen caps of each LP the bound solves in turn, coarse first. A coarse LP converges in seconds and its value
-    is then a bound; a finer one is tighter but slower (default config, one core, to convergence: 12 caps
-    8.61e11 in 14 s, 24 caps 9.18e11 in 71 s; 48 caps reach 9.62e11 in 250 s). Context mode: one LP over every
-    distinct gen, which converges in seconds."""
+    is then a bound; a finer one is tighter but slower (default config, one core, seeded with dp's plan, to
+    convergence: 12 caps 8.61e11 in 17 s, 24 caps 9.18e11 in 91 s, 48 caps 9.63e11 in 257 s). Context mode: one LP
+    over every distinct gen, which converges in seconds."""
     if context_mode:
         return [max_caps]
     return [c for c in LADDER if c < max_caps] + [max_caps]
@@ -366,8 +369,11 @@ def cap_ladder(max_caps: int, context_mode: bool) -> list[int]:
 def global_bound(inst: Instance, reference: float, time_limit_s: float, max_caps: int = 160,
                  progress: bool = True, plans: dict | None = None) -> BoundResult | None:
     """The bound, or None where it does not apply (spec 4b semantics other than section 4 and context mode, or
-    highspy missing). The LPs of cap_ladder run in turn while the previous one converged and time is left; the
-    answer is the best bound any reached, with the figures of the LP that reached it."""
+    highspy missing). The LPs of cap_ladder run in turn while the previous one converged and at least FINER_START
+    times its time is left (with less, a finer LP stays below the coarse bound: on the default config, seeded with
+    dp's plan, the 48-cap LP proves 5.1e11, 6.0e11, 7.1e11, 7.8e11, 8.4e11 after 1, 13, 50, 84, 119 s, beside the
+    12-cap LP's 8.61e11 in 17 s; the time a finer LP does not take goes to CP-SAT); the answer is the best bound
+    any reached, with the figures of the LP that reached it."""
     if not (inst.cfg.cost_model.section4 or inst.costs.context_mode) or \
             (inst.costs.context_mode and inst.cfg.batching.max_batch_tokens):
         return None
@@ -379,7 +385,10 @@ def global_bound(inst: Instance, reference: float, time_limit_s: float, max_caps
     start, best, runs = time.monotonic(), None, []
     for caps in cap_ladder(max_caps, inst.costs.context_mode):
         left = time_limit_s - (time.monotonic() - start)
-        if left <= 0:
+        if left <= 0 or (runs and left < FINER_START * runs[-1].time_s):
+            if runs:
+                log.info("bound: %.1fs left, too few for a %d-cap LP after %.1fs for the last", max(left, 0), caps,
+                         runs[-1].time_s)
             break
         model = GlobalBound(inst, inst.cfg.objective.weight_map(), reference, caps)
         result = model.run(left, progress=progress, plans=plans)

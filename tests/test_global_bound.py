@@ -397,3 +397,20 @@ def test_no_time_left_for_the_finer_lp_keeps_the_coarse_answer(tmp_path, monkeyp
     monkeypatch.setattr(GlobalBound, "run", slow)
     res = global_bound(ladder_instance(tmp_path), 1e9, 1.0, max_caps=30, progress=False)
     assert res is not None and res.converged and len(res.ladder) == 1
+
+
+@pytest.mark.parametrize("coarse_s, finer", [(100.0, False), (5.0, True)])
+def test_a_finer_lp_starts_only_with_enough_time_left(tmp_path, monkeypatch, coarse_s, finer):
+    """After a converged coarse LP that took t seconds, the finer LP runs only with at least FINER_START * t left
+    (60 s here: no after a 100 s coarse LP, yes after a 5 s one)."""
+    real = GlobalBound.run
+
+    def timed(self, time_limit_s, **kw):
+        result = real(self, time_limit_s, **kw)
+        result.time_s = coarse_s if self.buckets[0].caps.size < 30 else result.time_s
+        return result
+
+    monkeypatch.setattr(GlobalBound, "run", timed)
+    res = global_bound(ladder_instance(tmp_path), 1e9, 60, max_caps=30, progress=False)
+    assert [c for c, _, _, _ in res.ladder][-1] == (30 if finer else res.ladder[0][0])
+    assert len(res.ladder) == (2 if finer else 1)
