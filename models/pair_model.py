@@ -19,7 +19,8 @@ enters that limit); global: z[i] in {0, 1} per shape. In spec 4b context mode (d
 prefill and prompt padding per request) a class level is that decode context, groups are by own aligned
 prompt, and a class's batches take the smallest chosen shape covering its level (y[c] <= sum of those z); latency
 limits count a class's members at its slowest member's latency and the first-use latency is left out
-(the plan is judged exactly afterwards). HiGHS (through scipy) solves the LPs and the MIP.
+(the plan is judged exactly afterwards). HiGHS solves the LPs (one live highspy model, grown round by round)
+and the MIP (through scipy).
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from scipy.optimize import linprog
 from models.config import Config
 from models.cost import Costs
 from models.cpsat_model import class_data
+from models.highs import quiet_highs
 from models.instance import BucketGroups, Space, as_space, batch_classes, group_bucket, limit_rhs
 from models.plan import BucketPlan
 from models.requests import Requests
@@ -251,19 +253,21 @@ class PairModel:
         return float(res.fun) * self.reference + sum(b.constant for b in self.buckets.values())
 
     def price_in(self, time_limit_s: float, per_group: int = 12, max_rounds: int = 40) -> PricingResult:
-        """Column generation: LP, price, add, until nothing prices in or time runs out."""
+        """Column generation: LP, price, add, until nothing prices in or time runs out. The LP lives in one HiGHS
+        model (LiveLP): each round appends the new pairs and re-solves from the last basis."""
         start = time.monotonic()
-        value, rounds, converged = math.inf, 0, False
+        value, rounds, converged, live = math.inf, 0, False, None
         while rounds < max_rounds and time_limit_s - (time.monotonic() - start) > 0.5:
-            res, rows, layout = self.solve(time_limit_s - (time.monotonic() - start))
+            live = live or LiveLP(self)
+            answer = live.solve(time_limit_s - (time.monotonic() - start))
             rounds += 1
-            if res.status != 0:
-                log.info("pair model: LP status %d (%s)", res.status, res.message)
+            if answer is None:
                 break
-            value = self.value(res)
+            value, duals = answer
             added = 0
             for name, b in self.buckets.items():
-                new_g, new_c = b.price(*self._duals(res, rows, layout[name]), per_group)
+                new_g, new_c = b.price(*duals[name], per_group)
+                live.add_pairs(name, new_g, new_c)
                 b.add_pairs(new_g, new_c)
                 added += len(new_g)
             log.debug("pair model: round %d, LP %.6g, %d pairs priced in", rounds, value, added)
@@ -273,17 +277,70 @@ class PairModel:
         columns = sum(len(b.pg) for b in self.buckets.values())
         return PricingResult(value, converged, rounds, columns, time.monotonic() - start)
 
-    def _duals(self, res, rows, place):
-        """Demand duals per group, capacity duals per class and limit duals of one bucket (real units).
-        Its inequality blocks, from its first: link, capacity, y <= k, y <= z, then one per limit."""
-        ub, eq = rows
-        _, _, _, _, keys, eq_block, first = place
-        lo, hi = eq.blocks[eq_block]
-        cap_lo, cap_hi = ub.blocks[first + 1]
-        u_lim = {key: float(res.ineqlin.marginals[ub.blocks[first + 4 + t][0]]) * self.reference
-                 for t, key in enumerate(keys)}
-        return (res.eqlin.marginals[lo:hi] * self.reference,
-                res.ineqlin.marginals[cap_lo:cap_hi] * self.reference, u_lim)
+
+class LiveLP:
+    """price_in's restricted LP in one live HiGHS model: assembled once from the pairs written when it starts, then
+    grown by the pairs each round prices in (a column with its demand, capacity and limit entries, and its link row
+    x <= n_g y) and re-solved from the previous basis by the dual simplex."""
+
+    def __init__(self, model: PairModel):
+        import highspy
+
+        self.model = model
+        cost, lo, hi, ub, eq, layout, n = model._assemble()
+        self.inf, self.optimal = highspy.kHighsInf, highspy.HighsModelStatus.kOptimal
+        self.h = quiet_highs()
+        self.h.setOptionValue("simplex_strategy", 1)
+        A = sp.vstack([ub.matrix(n), eq.matrix(n)]).tocsc()
+        row_lo = np.r_[np.full(ub.count, -self.inf), eq.rhs()]
+        row_hi = np.r_[ub.rhs(), eq.rhs()]
+        self.h.addRows(len(row_lo), row_lo, row_hi, 0, np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32),
+                       np.zeros(0))
+        self.h.addCols(n, cost / model.reference, lo, np.where(np.isfinite(hi), hi, self.inf), A.nnz,
+                       A.indptr[:-1].astype(np.int32), A.indices.astype(np.int32), A.data.astype(np.float64))
+        self.ncols, self.nrows = n, len(row_lo)
+        # per bucket: first y column, demand rows (per group), capacity rows (per class), limit rows (per key)
+        self.rows = {}
+        for name, (_, yo, _, _, keys, eq_block, first) in layout.items():
+            self.rows[name] = (yo, ub.count + np.arange(*eq.blocks[eq_block]), np.arange(*ub.blocks[first + 1]),
+                               {key: ub.blocks[first + 4 + t][0] for t, key in enumerate(keys)})
+
+    def solve(self, time_left: float):
+        """(LP value, {bucket: (demand duals, capacity duals, {limit: dual})} in real units), or None when HiGHS
+        stopped short of the optimum."""
+        self.h.setOptionValue("time_limit", self.h.getRunTime() + max(time_left, 1.0))  # HiGHS counts its whole run
+        self.h.run()
+        if self.h.getModelStatus() != self.optimal:
+            log.info("pair model: LP stopped (%s)", self.h.modelStatusToString(self.h.getModelStatus()))
+            return None
+        ref = self.model.reference
+        value = self.h.getInfo().objective_function_value * ref + sum(b.constant for b in self.model.buckets.values())
+        dual = np.asarray(self.h.getSolution().row_dual) * ref
+        return value, {name: (dual[demand], dual[capacity], {key: float(dual[r]) for key, r in limits.items()})
+                       for name, (_, demand, capacity, limits) in self.rows.items()}
+
+    def add_pairs(self, name: str, gs: np.ndarray, cs: np.ndarray) -> None:
+        """Columns x[g, c] of bucket `name` (pairs not yet written) with their entries and link rows."""
+        if len(gs) == 0:
+            return
+        b, (yo, demand, capacity, limits) = self.model.buckets[name], self.rows[name]
+        rows, vals = [demand[gs], capacity[cs]], [np.ones(len(gs)), np.ones(len(gs))]
+        for key, (family, coef) in b.rows.items():
+            if "x" in family:
+                rows.append(np.where(coef[cs] != 0, limits[key], -1))
+                vals.append(coef[cs])
+        R, V = np.stack(rows, axis=1), np.stack(vals, axis=1)
+        keep = R >= 0
+        starts = np.r_[0, np.cumsum(keep.sum(axis=1))[:-1]].astype(np.int32)
+        self.h.addCols(len(gs), b.obj_x[cs] / self.model.reference, np.zeros(len(gs)), b.n[gs], int(keep.sum()),
+                       starts, R[keep].astype(np.int32), V[keep].astype(np.float64))
+        cols = np.arange(self.ncols, self.ncols + len(gs))
+        self.ncols += len(gs)
+        link_cols = np.stack([cols, yo + cs], axis=1).ravel().astype(np.int32)       # x - n_g y <= 0
+        link_vals = np.stack([np.ones(len(gs)), -b.n[gs]], axis=1).ravel()
+        self.h.addRows(len(gs), np.full(len(gs), -self.inf), np.zeros(len(gs)), 2 * len(gs),
+                       np.arange(0, 2 * len(gs), 2, dtype=np.int32), link_cols, link_vals)
+        self.nrows += len(gs)
 
 
 class Rows:

@@ -21,7 +21,7 @@ from solver.batching import chunk_run
 
 log = logging.getLogger(__name__)
 CLASS_CAPS = 48          # ladder gen caps per bucket, on top of the plan's own batch caps
-PRICING_SHARE = 0.4      # of the polish time, for the column generation (the rest: the MIP)
+PRICING_SHARE = 0.4      # of the polish time at most, for the column generation (the rest, and what it leaves: the MIP)
 
 
 def polish(inst: Instance, shapes: list[int], plans: dict[str, BucketPlan], reference: float,
@@ -41,8 +41,8 @@ def polish(inst: Instance, shapes: list[int], plans: dict[str, BucketPlan], refe
         b.add_neighbours()
     priced = model.price_in(PRICING_SHARE * time_limit_s)
     left = time_limit_s - (time.monotonic() - start)
-    log.info("polish: LP %.6g over %d pairs (%s, %d rounds)", priced.lp_value, priced.columns,
-             "converged" if priced.converged else "stopped", priced.rounds)
+    log.info("polish: LP %.6g over %d pairs (%s, %d rounds, %.1fs)", priced.lp_value, priced.columns,
+             "converged" if priced.converged else "stopped", priced.rounds, priced.time_s)
     if left < 1.0:
         return None
     res, _, layout = model.solve(left, integral=True)

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from models.instance import Instance, group_bucket
-from models.pair_model import PairModel
+from models.pair_model import LiveLP, PairModel
 from tests.helpers import brute_force
 from tests.test_cpsat_model import CASES, tiny
 
@@ -147,27 +147,27 @@ def own_class_start(tmp_path, limits=None):
     return cg
 
 
-def counting(model):
-    """Count the LP solves of a model (wrapping its solve)."""
+def counting(monkeypatch):
+    """A list that gains an entry at every LP solve of price_in's live model (LiveLP.solve wrapped)."""
     calls = []
-    solve = model.solve
+    solve = LiveLP.solve
 
-    def counted(*args, **kwargs):
+    def counted(self, *args, **kwargs):
         calls.append(1)
-        return solve(*args, **kwargs)
+        return solve(self, *args, **kwargs)
 
-    model.solve = counted
+    monkeypatch.setattr(LiveLP, "solve", counted)
     return calls
 
 
-def test_price_in_reports_its_rounds_and_stops_at_max_rounds(tmp_path):
+def test_price_in_reports_its_rounds_and_stops_at_max_rounds(tmp_path, monkeypatch):
     """rounds = LP solves; at most max_rounds of them (then not converged); none when under half a second
     is given; time_s is the wall time spent."""
     import math
     import time
 
+    calls = counting(monkeypatch)
     cg = own_class_start(tmp_path)
-    calls = counting(cg)
     t0 = time.monotonic()
     done = cg.price_in(30)
     wall = time.monotonic() - t0
@@ -175,12 +175,12 @@ def test_price_in_reports_its_rounds_and_stops_at_max_rounds(tmp_path):
     assert 0 < done.time_s <= wall
     for cap in (1, 2):
         cg = own_class_start(tmp_path)
-        calls = counting(cg)
+        calls.clear()
         stopped = cg.price_in(30, max_rounds=cap)
         assert (stopped.rounds, len(calls), stopped.converged) == (cap, cap, False)
         assert stopped.lp_value > done.lp_value * (1 + 1e-9)          # the LP over the pairs written so far
     cg = own_class_start(tmp_path)
-    calls = counting(cg)
+    calls.clear()
     none = cg.price_in(0.4)
     assert (none.rounds, len(calls), none.converged, none.lp_value) == (0, 0, False, math.inf)
     assert own_class_start(tmp_path).price_in(1.2).rounds >= 1
@@ -192,9 +192,8 @@ def test_pricing_in_chunks_prices_the_same_pairs(tmp_path, chunk):
     size gives the same new pairs, none of them written already, each eligible (class at or above the
     group's shape and gen levels)."""
     cg = own_class_start(tmp_path, {"sequential_time_ms": 250})
-    res, rows, layout = cg.solve(30)
     b = cg.buckets["a"]
-    duals = cg._duals(res, rows, layout["a"])
+    duals = LiveLP(cg).solve(30)[1]["a"]
     whole = set(zip(*(x.tolist() for x in b.price(*duals, 12))))
     parts = set(zip(*(x.tolist() for x in b.price(*duals, 12, chunk=chunk * b.num_classes))))
     assert whole and parts == whole
@@ -258,7 +257,7 @@ def test_coarse_groups_keep_the_class_caps(tmp_path, prompts, gens, limits):
 @pytest.mark.parametrize("limits", [{"sequential_time_ms": 300, "pad_ratio": 0.5},
                                     {"pad_ratio": 0.5, "p95_latency_ms": 120}])
 def test_limit_duals_are_the_lp_value_per_unit_of_limit(tmp_path, limits):
-    """Each limit's dual (what pricing reads) equals the LP value's change per unit of that limit's right-hand
+    """Each limit's dual (what pricing reads from the live LP) equals the LP value's change per unit of that limit's right-hand
     side, measured by re-solving with the limit moved a little (sensitivity, independent of the dual rows)."""
     cfg = tiny(tmp_path, *WIDE, limits, k=3, batch=3)
     reqs = requests_of(cfg)
@@ -274,9 +273,28 @@ def test_limit_duals_are_the_lp_value_per_unit_of_limit(tmp_path, limits):
         return model, res, rows, layout
 
     model, res, rows, layout = lp({})
-    duals = model._duals(res, rows, layout["a"])[2]
+    duals = LiveLP(model).solve(30)[1]["a"][2]
     assert all(value < 0 for value in duals.values())        # every limit binds in the LP
     for key in model.buckets["a"].rows:
         step = 1e-4 * max(abs(model.buckets["a"].rhs[key]), 1.0)
         moved, res2, _, _ = lp({key: step})
         assert duals[key] == pytest.approx((moved.value(res2) - model.value(res)) / step, rel=1e-3, abs=1e-3)
+
+
+@pytest.mark.parametrize("limits", [{}, {"sequential_time_ms": 250, "pad_ratio": 0.5}, {"p95_latency_ms": 120},
+                                    {"cost": 2.0e9}])
+def test_the_live_lp_grown_round_by_round_is_the_lp_assembled_afresh(tmp_path, limits):
+    """After every round of pairs appended to the live model, its LP value is that of the model assembled from
+    scratch over the same pairs (scipy's HiGHS, rebuilt)."""
+    cg = own_class_start(tmp_path, limits)
+    live, b = LiveLP(cg), cg.buckets["a"]
+    for _ in range(40):
+        value, duals = live.solve(30)
+        res, _, _ = cg.solve(30)
+        assert res.status == 0 and value == pytest.approx(cg.value(res), rel=1e-9)
+        new_g, new_c = b.price(*duals["a"], 4)
+        if len(new_g) == 0:
+            break
+        live.add_pairs("a", new_g, new_c)
+        b.add_pairs(new_g, new_c)
+    assert len(new_g) == 0                                   # converged within the rounds
