@@ -118,6 +118,20 @@ class BucketPairs:
         new = [(g, self.class_index[(i, j)]) for g, i, j in pairs if (i, j) in self.class_index]
         self.add_pairs(np.array([p[0] for p in new], dtype=np.int64), np.array([p[1] for p in new], dtype=np.int64))
 
+    def plan_counts(self, plan: BucketPlan):
+        """(pair keys group * classes + class, requests per pair, batches per class) of a plan, each batch in the
+        class add_plan gives it; None when a batch has no class here."""
+        bi, bj = batch_classes(self.req, plan, self.shapes, self.caps, self.space)
+        lookup = {key: c for key, c in self.class_index.items()}
+        cls = np.array([lookup.get((int(i), int(j)), -1) for i, j in zip(bi, bj)], dtype=np.int64)
+        members = np.bincount(plan.batch_of, minlength=len(bi)) > 0
+        if np.any(cls[members] < 0):
+            return None
+        batches = np.bincount(cls[members], minlength=self.num_classes).astype(np.float64)
+        keys = self.request_groups() * self.num_classes + cls[plan.batch_of]
+        pairs, x = np.unique(keys, return_counts=True)
+        return pairs, x.astype(np.float64), batches
+
     def add_neighbours(self, span_i: int = 1, span_j: int = 3) -> None:
         """Write each group's pairs with the classes a few shape and cap levels above its own, and
         with the top class (largest shape, longest cap), which every group may join: so the LP
@@ -237,7 +251,8 @@ class PairModel:
         ub.add([np.arange(P), np.arange(P)], [uo + np.arange(P), np.arange(P)], [np.ones(P), -np.ones(P)], np.zeros(P))
 
     def solve(self, time_left: float, integral: bool = False):
-        """(scipy result, rows, layout); objective values in real units via value()."""
+        """(scipy result, rows, layout); objective values in real units via value(). The model assembled afresh and
+        solved through scipy: the reference the tests hold the live LP and solve_mip to (the search uses those)."""
         c, lo, hi, ub, eq, layout, n = self._assemble()
         integrality = None
         if integral:
@@ -248,6 +263,34 @@ class PairModel:
                       bounds=np.stack([lo, hi], axis=1), method="highs", integrality=integrality,
                       options={"time_limit": max(time_left, 1.0), "presolve": True})
         return res, (ub, eq), layout
+
+    def start_values(self, plans: dict[str, BucketPlan], layout: dict, n: int) -> np.ndarray | None:
+        """Every integer column's value in `plans` (pairs, batches per class, shapes; slacks 0: the solver fills
+        them), or None when a plan has a batch of no class here or a pair not written."""
+        v = np.zeros(n)
+        used = np.zeros(len(self.shapes), dtype=bool)
+        for name, b in self.buckets.items():
+            xo, yo, ko, so, keys, _, _ = layout[name]
+            counts = b.plan_counts(plans[name])
+            if counts is None:
+                return None
+            pairs, x, batches = counts
+            written = b.pg * b.num_classes + b.pc
+            at = np.searchsorted(written, pairs)
+            if np.any(at >= len(written)) or np.any(written[np.minimum(at, len(written) - 1)] != pairs):
+                return None
+            v[xo + at] = x
+            v[ko:ko + b.num_classes] = batches
+            v[yo:yo + b.num_classes] = batches > 0
+            shapes = np.searchsorted(self.shapes, plans[name].seq_align)
+            mine = np.zeros(len(self.shapes), dtype=bool)
+            mine[shapes[shapes < len(self.shapes)]] = True
+            mine[b.link[batches > 0]] |= not b.space.context_mode
+            used |= mine
+            if self.bucket_compile is not None and "cost" in b.rows:
+                v[so + len(keys):so + len(keys) + len(self.shapes)] = mine
+        v[:len(self.shapes)] = used
+        return v
 
     def value(self, res) -> float:
         return float(res.fun) * self.reference + sum(b.constant for b in self.buckets.values())
@@ -278,6 +321,46 @@ class PairModel:
         return PricingResult(value, converged, rounds, columns, time.monotonic() - start)
 
 
+def load_highs(model: PairModel):
+    """(a HiGHS model holding `model` over the pairs written, its inequality and equality rows as assembled, the
+    layout, the column count): the inequality rows first, then the equalities."""
+    import highspy
+
+    cost, lo, hi, ub, eq, layout, n = model._assemble()
+    inf = highspy.kHighsInf
+    h = quiet_highs()
+    A = sp.vstack([ub.matrix(n), eq.matrix(n)]).tocsc()
+    h.addRows(ub.count + eq.count, np.r_[np.full(ub.count, -inf), eq.rhs()], np.r_[ub.rhs(), eq.rhs()], 0,
+              np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32), np.zeros(0))
+    h.addCols(n, cost / model.reference, lo, np.where(np.isfinite(hi), hi, inf), A.nnz,
+              A.indptr[:-1].astype(np.int32), A.indices.astype(np.int32), A.data.astype(np.float64))
+    return h, ub, eq, layout, n
+
+
+def solve_mip(model: PairModel, time_left: float, plans: dict[str, BucketPlan] | None = None):
+    """The pair MIP over the pairs written, by HiGHS: (column values or None when it found no solution, its
+    objective in real units, the layout). With `plans` (each bucket's plan, its pairs written) those plans are its first incumbent: the MIP
+    answers with them or better (in the model's objective)."""
+    import highspy
+
+    h, _, _, layout, n = load_highs(model)
+    integer = np.ones(n, dtype=bool)
+    for _, _, _, so, keys, _, _ in layout.values():
+        integer[so:so + len(keys)] = False                      # the limit slacks stay continuous
+    cols = np.flatnonzero(integer).astype(np.int32)
+    h.changeColsIntegrality(len(cols), cols, np.full(len(cols), highspy.HighsVarType.kInteger))
+    start = model.start_values(plans, layout, n) if plans else None
+    if start is not None:
+        h.setSolution(len(cols), cols, start[cols])               # HiGHS completes the slacks
+    h.setOptionValue("time_limit", max(time_left, 1.0))
+    h.run()
+    if h.getInfo().primal_solution_status != 2:                # 2: a feasible solution
+        log.info("pair model: no MIP solution (%s)", h.modelStatusToString(h.getModelStatus()))
+        return None, math.inf, layout
+    value = h.getInfo().objective_function_value * model.reference + sum(b.constant for b in model.buckets.values())
+    return np.asarray(h.getSolution().col_value), value, layout
+
+
 class LiveLP:
     """price_in's restricted LP in one live HiGHS model: assembled once from the pairs written when it starts, then
     grown by the pairs each round prices in (a column with its demand, capacity and limit entries, and its link row
@@ -287,18 +370,10 @@ class LiveLP:
         import highspy
 
         self.model = model
-        cost, lo, hi, ub, eq, layout, n = model._assemble()
         self.inf, self.optimal = highspy.kHighsInf, highspy.HighsModelStatus.kOptimal
-        self.h = quiet_highs()
+        self.h, ub, eq, layout, n = load_highs(model)
         self.h.setOptionValue("simplex_strategy", 1)
-        A = sp.vstack([ub.matrix(n), eq.matrix(n)]).tocsc()
-        row_lo = np.r_[np.full(ub.count, -self.inf), eq.rhs()]
-        row_hi = np.r_[ub.rhs(), eq.rhs()]
-        self.h.addRows(len(row_lo), row_lo, row_hi, 0, np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32),
-                       np.zeros(0))
-        self.h.addCols(n, cost / model.reference, lo, np.where(np.isfinite(hi), hi, self.inf), A.nnz,
-                       A.indptr[:-1].astype(np.int32), A.indices.astype(np.int32), A.data.astype(np.float64))
-        self.ncols, self.nrows = n, len(row_lo)
+        self.ncols, self.nrows = n, ub.count + eq.count
         # per bucket: first y column, demand rows (per group), capacity rows (per class), limit rows (per key)
         self.rows = {}
         for name, (_, yo, _, _, keys, eq_block, first) in layout.items():

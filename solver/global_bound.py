@@ -59,6 +59,8 @@ class BoundResult:
     caps: dict = field(default_factory=dict, metadata={"description": "gen caps per bucket (count)"})
     history: list = field(default_factory=list, metadata={"description": "(LP value, Lagrangian bound) per round"})
     ladder: list = field(default_factory=list, metadata={"description": "(caps, bound, converged, time s) per LP solved"})
+    shape_use: dict = field(default_factory=dict, metadata={"description": "z of each candidate shape in the last LP "
+                                                                             "solved to optimality"})
 
 
 def floor_caps(gen: np.ndarray, max_caps: int) -> np.ndarray:
@@ -276,7 +278,7 @@ class GlobalBound:
         self.seed()
         if plans:
             self.seed_plan(plans)
-        rounds, bound, value, converged, history = 0, -INF, INF, False, []
+        rounds, bound, value, converged, history, shape_use = 0, -INF, INF, False, [], {}
         while time.monotonic() - start < time_limit_s:
             left = max(time_limit_s - (time.monotonic() - start), 0.5)
             self.h.setOptionValue("time_limit", self.h.getRunTime() + left)   # HiGHS counts its whole run time
@@ -287,6 +289,8 @@ class GlobalBound:
                 break
             value = self.h.getInfo().objective_function_value * self.reference + self.constant
             solution = self.h.getSolution()
+            z = np.asarray(solution.col_value)[self.z]
+            shape_use = {int(s): float(v) for s, v in zip(self.shapes, z)}
             duals = np.asarray(solution.row_dual) * self.reference
             col_duals = np.asarray(solution.col_dual) * self.reference
             lagrange, added = 0.0, 0
@@ -305,7 +309,8 @@ class GlobalBound:
                 break
         columns = int(sum(b.written.sum() for b in self.buckets))
         caps = {b.name: len(b.caps) for b in self.buckets}
-        return BoundResult(bound, value, converged, rounds, columns, time.monotonic() - start, caps, history)
+        return BoundResult(bound, value, converged, rounds, columns, time.monotonic() - start, caps, history,
+                           shape_use=shape_use)
 
     @property
     def constant(self) -> float:

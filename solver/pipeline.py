@@ -117,7 +117,7 @@ def search_stages(inst: Instance, heuristics: list[MethodResult], time_limit: fl
         candidates[-1].solver["plan_source"] = "cpsat"
     candidates += [kept_copy(h) for h in searched]
     if candidates and polish_part > 0 and not interrupted:
-        candidates += run_polishes(inst, polish_starts(candidates), deadline, stages, info)
+        candidates += run_polishes(inst, polish_starts(candidates), deadline, stages, info, lp)
     if cfg.solver.lns_share != 0 and not det and not stop.requested() and \
             not proven(sol, bound, candidates, inst, space, groups):
         more, search = run_lns_stage(inst, candidates, deadline, stages, search)

@@ -15,7 +15,7 @@ import numpy as np
 
 from models.config import Config
 from models.instance import Instance, batch_caps, group_bucket, model_space
-from models.pair_model import BucketPairs, PairModel
+from models.pair_model import BucketPairs, PairModel, solve_mip
 from models.plan import BucketPlan
 from solver.batching import chunk_run
 
@@ -45,13 +45,12 @@ def polish(inst: Instance, shapes: list[int], plans: dict[str, BucketPlan], refe
              "converged" if priced.converged else "stopped", priced.rounds, priced.time_s)
     if left < 1.0:
         return None
-    res, _, layout = model.solve(left, integral=True)
-    if res.x is None:
-        log.info("polish: no MIP solution (%s)", res.message)
+    x, value, layout = solve_mip(model, left, plans)
+    if x is None:
         return None
-    log.info("polish: MIP objective %.6g in %.1fs", model.value(res), time.monotonic() - start)
-    chosen = res.x[:len(S)] > 0.5
-    return {name: pairs_to_plan(cfg, b, res.x[layout[name][0]:layout[name][0] + len(b.pg)], chosen)
+    log.info("polish: MIP objective %.6g in %.1fs", value, time.monotonic() - start)
+    chosen = x[:len(S)] > 0.5
+    return {name: pairs_to_plan(cfg, b, x[layout[name][0]:layout[name][0] + len(b.pg)], chosen)
             for name, b in model.buckets.items()}
 
 

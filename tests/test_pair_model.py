@@ -298,3 +298,58 @@ def test_the_live_lp_grown_round_by_round_is_the_lp_assembled_afresh(tmp_path, l
         live.add_pairs("a", new_g, new_c)
         b.add_pairs(new_g, new_c)
     assert len(new_g) == 0                                   # converged within the rounds
+
+
+def plan_model(tmp_path, limits, extra_cost=None):
+    """(model over every candidate shape holding dp's plan and its neighbours, dp's plans) on WIDE."""
+    from models.instance import batch_caps
+    from solver.heuristics import dp
+
+    cfg = tiny(tmp_path, *WIDE, limits, k=3, batch=3)
+    reqs = requests_of(cfg)
+    inst = Instance(cfg, reqs)
+    plans = dp(inst)
+    classes = {n: group_bucket(r, np.asarray(inst.all_shapes), 48, batch_caps(r, plans[n]), keep_all=True)
+               for n, r in reqs.items()}
+    model = PairModel(cfg, inst.costs, inst.all_shapes, reqs, cfg.objective.weight_map(), classes, 1e9)
+    for n, b in model.buckets.items():
+        b.add_plan(plans[n])
+        b.add_neighbours()
+    return model, plans
+
+
+@pytest.mark.parametrize("limits", [{}, {"sequential_time_ms": 250}, {"pad_ratio": 0.3, "p95_latency_ms": 120},
+                                    {"cost": 1.0e9}])
+def test_a_plans_start_values_are_a_point_of_the_model_and_bound_the_mip(tmp_path, limits):
+    """start_values is integral and meets every row of the assembled model once each limit slack takes that limit's
+    excess (checked by the matrix product, no solver); the MIP started from it answers at most its objective."""
+    from models.pair_model import solve_mip
+
+    model, plans = plan_model(tmp_path, limits)
+    cost, lo, hi, ub, eq, layout, n = model._assemble()
+    v = model.start_values(plans, layout, n)
+    assert v is not None and np.all(v == np.round(v)) and np.all(v >= lo) and np.all(v <= hi)
+    assert np.allclose(eq.matrix(n) @ v, eq.rhs())
+    excess = ub.matrix(n) @ v - ub.rhs()
+    xo, yo, ko, so, keys, _, first = layout["a"]
+    for t, key in enumerate(keys):
+        row = ub.blocks[first + 4 + t][0]
+        v[so + t] = max(excess[row], 0.0)                     # the slack's coefficient in its row is -1
+        excess[row] = 0.0
+    assert np.all(excess <= 1e-6 * np.maximum(np.abs(ub.rhs()), 1.0))
+    start_value = float(cost @ v) + sum(b.constant for b in model.buckets.values())
+    x, value, _ = solve_mip(model, 10, plans)
+    assert x is not None and value <= start_value * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("prompts,gens,limits", CASES)
+def test_highs_mip_equals_brute_force(tmp_path, prompts, gens, limits):
+    """solve_mip (the polish's MIP, HiGHS itself) over every pair reaches the exact joint optimum."""
+    from models.pair_model import solve_mip
+
+    cfg = tiny(tmp_path, prompts, gens, limits)
+    reqs = requests_of(cfg)
+    _, model = model_for(cfg, reqs, Instance(cfg, reqs).all_shapes)
+    write_all_pairs(model)
+    x, value, _ = solve_mip(model, 30)
+    assert x is not None and value == pytest.approx(brute_force(cfg, reqs), rel=1e-6)

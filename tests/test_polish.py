@@ -161,7 +161,7 @@ def test_polishes_share_the_time_left_and_report_the_best(monkeypatch):
 
     clock, calls = [0.0], []
 
-    def fake_polish(inst, start, time_left, stages, info):
+    def fake_polish(inst, start, time_left, stages, info, extra=()):
         calls.append((start.objective, time_left))
         clock[0] += time_left / 2                  # each polish uses half its share
         return [Start(start.shapes, start.objective - 1)]
@@ -172,3 +172,28 @@ def test_polishes_share_the_time_left_and_report_the_best(monkeypatch):
     out = stages.run_polishes(None, [Start([1], 100.0), Start([2], 104.0)], 30.0, None, info)
     assert calls == [(100.0, 15.0), (104.0, 22.5)]      # the second gets what the first left
     assert [r.objective for r in out] == [99.0, 103.0] and info["polish_objective"] == 99.0
+
+
+def test_the_best_plans_polish_may_add_the_shape_the_bound_lp_uses_most(monkeypatch):
+    """Only the first polish (the best plan) gets an extra shape: the one outside its set with the largest z in the
+    bound's LP, when that z reaches POLISH_EXTRA_USE; none without a bound LP."""
+    from types import SimpleNamespace
+
+    from solver import stages
+
+    extras = []
+
+    def fake_polish(inst, start, time_left, stages_, info, extra=()):
+        extras.append(list(extra))
+        return []
+
+    monkeypatch.setattr(stages, "run_polish", fake_polish)
+    lp = SimpleNamespace(shape_use={64: 1.0, 128: 0.3, 192: 0.9, 256: 0.6})
+    stages.run_polishes(None, [Start([64, 256], 100.0), Start([128], 104.0)], 30.0, None, {}, lp)
+    assert extras == [[192], []]
+    extras.clear()
+    stages.run_polishes(None, [Start([64, 192, 256], 100.0)], 30.0, None, {}, lp)
+    assert extras == [[]]                                    # 128's z 0.3 is below the threshold
+    extras.clear()
+    stages.run_polishes(None, [Start([64], 100.0)], 30.0, None, {}, None)
+    assert extras == [[]]
