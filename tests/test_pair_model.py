@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from models.instance import Instance, group_bucket
-from models.pair_model import LiveLP, PairModel
+from models.pair_model import LiveLP, PairModel, solve_mip
 from tests.helpers import brute_force
 from tests.test_cpsat_model import CASES, tiny
 
@@ -27,14 +27,18 @@ def requests_of(cfg):
 
 @pytest.mark.parametrize("prompts,gens,limits", CASES)
 def test_mip_over_every_pair_equals_brute_force(tmp_path, prompts, gens, limits):
-    """With every candidate shape and every pair written, the pair MIP is the exact joint problem."""
+    """With every candidate shape and every pair written, the pair MIP is the exact joint problem (through scipy and
+    through solve_mip, the polish's MIP)."""
     cfg = tiny(tmp_path, prompts, gens, limits)
     reqs = requests_of(cfg)
     inst, model = model_for(cfg, reqs, Instance(cfg, reqs).all_shapes)
     write_all_pairs(model)
     res, _, _ = model.solve(30, integral=True)
     assert res.status == 0
-    assert model.value(res) == pytest.approx(brute_force(cfg, reqs), rel=1e-6)
+    best = brute_force(cfg, reqs)
+    assert model.value(res) == pytest.approx(best, rel=1e-6)
+    x, value, _ = solve_mip(model, 30)
+    assert x is not None and value == pytest.approx(best, rel=1e-6)
 
 
 @pytest.mark.parametrize("prompts,gens,limits", CASES)
@@ -323,8 +327,6 @@ def plan_model(tmp_path, limits, extra_cost=None):
 def test_a_plans_start_values_are_a_point_of_the_model_and_bound_the_mip(tmp_path, limits):
     """start_values is integral and meets every row of the assembled model once each limit slack takes that limit's
     excess (checked by the matrix product, no solver); the MIP started from it answers at most its objective."""
-    from models.pair_model import solve_mip
-
     model, plans = plan_model(tmp_path, limits)
     cost, lo, hi, ub, eq, layout, n = model._assemble()
     v = model.start_values(plans, layout, n)
@@ -341,15 +343,3 @@ def test_a_plans_start_values_are_a_point_of_the_model_and_bound_the_mip(tmp_pat
     x, value, _ = solve_mip(model, 10, plans)
     assert x is not None and value <= start_value * (1 + 1e-9)
 
-
-@pytest.mark.parametrize("prompts,gens,limits", CASES)
-def test_highs_mip_equals_brute_force(tmp_path, prompts, gens, limits):
-    """solve_mip (the polish's MIP, HiGHS itself) over every pair reaches the exact joint optimum."""
-    from models.pair_model import solve_mip
-
-    cfg = tiny(tmp_path, prompts, gens, limits)
-    reqs = requests_of(cfg)
-    _, model = model_for(cfg, reqs, Instance(cfg, reqs).all_shapes)
-    write_all_pairs(model)
-    x, value, _ = solve_mip(model, 30)
-    assert x is not None and value == pytest.approx(brute_force(cfg, reqs), rel=1e-6)
