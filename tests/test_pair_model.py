@@ -1,6 +1,8 @@
 import numpy as np
 import pytest
 
+highspy = pytest.importorskip("highspy")
+
 from models.instance import Instance, group_bucket
 from models.pair_model import LiveLP, PairModel, solve_mip
 from tests.helpers import brute_force
@@ -304,12 +306,18 @@ def test_the_live_lp_grown_round_by_round_is_the_lp_assembled_afresh(tmp_path, l
     assert len(new_g) == 0                                   # converged within the rounds
 
 
-def plan_model(tmp_path, limits, extra_cost=None):
-    """(model over every candidate shape holding dp's plan and its neighbours, dp's plans) on WIDE."""
+def plan_model(tmp_path, limits, cost_model=None):
+    """(model over every candidate shape holding dp's plan and its neighbours, dp's plans) on WIDE (bucket a) and a
+    second bucket b sharing the shapes; `cost_model` keys override the default semantics."""
     from models.instance import batch_caps
     from solver.heuristics import dp
+    from tests.helpers import load, make_config, rows_from
 
-    cfg = tiny(tmp_path, *WIDE, limits, k=3, batch=3)
+    path = make_config(tmp_path, {"a": rows_from(*WIDE), "b": rows_from([20, 30], [2, 9], prefix="s")},
+                       {"a": limits, "b": limits}, shapes={"max_unique": 3, "granularity": 64},
+                       batching={"max_batch_size": 3}, cost_model=cost_model or {},
+                       solver={"time_limit_s": 10, "workers": 2, "log_progress": False})
+    cfg = load(path)
     reqs = requests_of(cfg)
     inst = Instance(cfg, reqs)
     plans = dp(inst)
@@ -322,24 +330,45 @@ def plan_model(tmp_path, limits, extra_cost=None):
     return model, plans
 
 
-@pytest.mark.parametrize("limits", [{}, {"sequential_time_ms": 250}, {"pad_ratio": 0.3, "p95_latency_ms": 120},
-                                    {"cost": 1.0e9}])
-def test_a_plans_start_values_are_a_point_of_the_model_and_bound_the_mip(tmp_path, limits):
+TASK_SEMANTICS = {"prefill_length": "request", "decode_context": "batch", "prompt_pad": "request",
+                  "compile_in_bucket_cost": True}
+
+
+@pytest.mark.parametrize("limits,cost_model", [({}, None), ({"sequential_time_ms": 250}, None),
+                                               ({"pad_ratio": 0.3, "p95_latency_ms": 120}, None),
+                                               ({"cost": 1.0e9}, None), ({"cost": 1.0e9}, TASK_SEMANTICS),
+                                               ({"sequential_time_ms": 250}, TASK_SEMANTICS)])
+def test_a_plans_start_values_are_a_point_of_the_model_and_bound_the_mip(tmp_path, monkeypatch, limits, cost_model):
     """start_values is integral and meets every row of the assembled model once each limit slack takes that limit's
-    excess (checked by the matrix product, no solver); the MIP started from it answers at most its objective."""
-    model, plans = plan_model(tmp_path, limits)
+    excess (checked by the matrix product, no solver), in two buckets sharing shapes, in spec 4b context mode and
+    with the compile cost in a bucket's cost limit; HiGHS receives it as its start, and the MIP answers at most its
+    objective."""
+    model, plans = plan_model(tmp_path, limits, cost_model)
     cost, lo, hi, ub, eq, layout, n = model._assemble()
     v = model.start_values(plans, layout, n)
     assert v is not None and np.all(v == np.round(v)) and np.all(v >= lo) and np.all(v <= hi)
     assert np.allclose(eq.matrix(n) @ v, eq.rhs())
     excess = ub.matrix(n) @ v - ub.rhs()
-    xo, yo, ko, so, keys, _, first = layout["a"]
-    for t, key in enumerate(keys):
-        row = ub.blocks[first + 4 + t][0]
-        v[so + t] = max(excess[row], 0.0)                     # the slack's coefficient in its row is -1
-        excess[row] = 0.0
+    for name in model.buckets:
+        xo, yo, ko, so, keys, _, first = layout[name]
+        for t, key in enumerate(keys):
+            row = ub.blocks[first + 4 + t][0]
+            v[so + t] = max(excess[row], 0.0)                 # the slack's coefficient in its row is -1
+            excess[row] = 0.0
     assert np.all(excess <= 1e-6 * np.maximum(np.abs(ub.rhs()), 1.0))
     start_value = float(cost @ v) + sum(b.constant for b in model.buckets.values())
+    given = []
+    real = highspy.Highs.setSolution
+
+    def spy(self, *args):
+        given.append((np.asarray(args[1]), np.asarray(args[2])))
+        return real(self, *args)
+
+    monkeypatch.setattr(highspy.Highs, "setSolution", spy)
     x, value, _ = solve_mip(model, 10, plans)
     assert x is not None and value <= start_value * (1 + 1e-9)
-
+    (cols, vals), = given
+    slack = np.zeros(n, dtype=bool)
+    for _, _, _, so, keys, _, _ in layout.values():
+        slack[so:so + len(keys)] = True
+    assert np.array_equal(cols, np.flatnonzero(~slack)) and np.array_equal(vals, v[~slack])
