@@ -239,7 +239,10 @@ def run_polishes(inst: Instance, starts: list[MethodResult], deadline: float, st
         if stop.requested():
             break
         share = (deadline - time.monotonic()) / (len(starts) - i)
-        out += run_polish(inst, start, share, stages, info, extra_shape(lp, start.shapes) if i == 0 else [])
+        extra = extra_shape(lp, start.shapes) if i == 0 else []
+        if extra:
+            info["polish_extra_shapes"] = extra                  # in the report: the shape the polish could add
+        out += run_polish(inst, start, share, stages, info, extra)
     if out:
         info["polish_objective"] = min(r.objective for r in out)
     return out

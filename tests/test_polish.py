@@ -189,11 +189,13 @@ def test_the_best_plans_polish_may_add_the_shape_the_bound_lp_uses_most(monkeypa
 
     monkeypatch.setattr(stages, "run_polish", fake_polish)
     lp = SimpleNamespace(shape_use={64: 1.0, 128: 0.3, 192: 0.9, 256: 0.6})
-    stages.run_polishes(None, [Start([64, 256], 100.0), Start([128], 104.0)], 30.0, None, {}, lp)
-    assert extras == [[192], []]
+    info = {}
+    stages.run_polishes(None, [Start([64, 256], 100.0), Start([128], 104.0)], 30.0, None, info, lp)
+    assert extras == [[192], []] and info["polish_extra_shapes"] == [192]
     extras.clear()
-    stages.run_polishes(None, [Start([64, 192, 256], 100.0)], 30.0, None, {}, lp)
-    assert extras == [[]]                                    # 128's z 0.3 is below the threshold
+    info = {}
+    stages.run_polishes(None, [Start([64, 192, 256], 100.0)], 30.0, None, info, lp)
+    assert extras == [[]] and "polish_extra_shapes" not in info    # 128's z 0.3 is below the threshold
     extras.clear()
     stages.run_polishes(None, [Start([64], 100.0)], 30.0, None, {}, None)
     assert extras == [[]]
