@@ -16,7 +16,13 @@ def quiet_highs():
 
     global _LAST_PID
     if _LAST_PID is not None and _LAST_PID != os.getpid():
-        highspy.Highs.resetGlobalScheduler(True)
+        _LAST_PID = os.getpid()
+        for _ in range(2):              # the first reset may report the parent's threads gone (ESRCH) and still reset
+            try:
+                highspy.Highs.resetGlobalScheduler(True)
+                break
+            except RuntimeError:
+                continue
     _LAST_PID = os.getpid()
     saved = os.dup(1)
     try:
