@@ -17,7 +17,7 @@ def quiet_highs():
     global _LAST_PID
     if _LAST_PID is not None and _LAST_PID != os.getpid():
         _LAST_PID = os.getpid()
-        for _ in range(2):              # the first reset may report the parent's threads gone (ESRCH) and still reset
+        for _ in range(2):   # a reset can raise RuntimeError (ESRCH: seen in the sweep's pool workers); one more try
             try:
                 highspy.Highs.resetGlobalScheduler(True)
                 break
