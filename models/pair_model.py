@@ -354,6 +354,7 @@ def solve_mip(model: PairModel, time_left: float, plans: dict[str, BucketPlan] |
         h.setSolution(len(cols), cols, start[cols])               # HiGHS completes the slacks
     h.setOptionValue("time_limit", max(time_left, 1.0))
     h.run()
+    highspy.Highs.resetGlobalScheduler(True)    # its worker threads end here: a process forked later finds none waiting
     if h.getInfo().primal_solution_status != 2:                # 2: a feasible solution
         log.info("pair model: no MIP solution (%s)", h.modelStatusToString(h.getModelStatus()))
         return None, math.inf, layout
