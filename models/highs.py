@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 
 _LAST_PID = None          # the process that last made a Highs here (a forked child inherits the parent's value)
 
@@ -34,3 +35,23 @@ def quiet_highs():
         os.close(saved)
     h.setOptionValue("output_flag", False)
     return h
+
+
+def add_linked_columns(h, cost: np.ndarray, upper: np.ndarray, rows: list, vals: list, y_cols: np.ndarray) -> np.ndarray:
+    """Append pair columns x in [0, upper] with objective `cost` and their entries (rows[k][i]: the row of column i's
+    k-th entry, -1 for none; vals[k][i]: its value), each with its link row x - upper * y <= 0 to column y_cols[i].
+    Returns the new columns' indices."""
+    import highspy
+
+    n, first = len(cost), h.getNumCol()
+    R, V = np.stack(rows, axis=1), np.stack(vals, axis=1)
+    keep = R >= 0
+    starts = np.r_[0, np.cumsum(keep.sum(axis=1))[:-1]].astype(np.int32)
+    h.addCols(n, cost, np.zeros(n), upper, int(keep.sum()), starts, R[keep].astype(np.int32),
+              V[keep].astype(np.float64))
+    cols = np.arange(first, first + n)
+    link_cols = np.stack([cols, y_cols], axis=1).ravel().astype(np.int32)
+    link_vals = np.stack([np.ones(n), -upper], axis=1).ravel()
+    h.addRows(n, np.full(n, -highspy.kHighsInf), np.zeros(n), 2 * n, np.arange(0, 2 * n, 2, dtype=np.int32),
+              link_cols, link_vals)
+    return cols

@@ -19,8 +19,9 @@ enters that limit); global: z[i] in {0, 1} per shape. In spec 4b context mode (d
 prefill and prompt padding per request) a class level is that decode context, groups are by own aligned
 prompt, and a class's batches take the smallest chosen shape covering its level (y[c] <= sum of those z); latency
 limits count a class's members at its slowest member's latency and the first-use latency is left out
-(the plan is judged exactly afterwards). HiGHS solves the LPs (one live highspy model, grown round by round)
-and the MIP (through scipy).
+(the plan is judged exactly afterwards). HiGHS (highspy) solves the LPs, in one live model grown round by round
+(LiveLP), and the MIP (solve_mip, started from the plan polished); PairModel.solve, the same model assembled afresh
+through scipy, is the reference the tests hold both to.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from scipy.optimize import linprog
 from models.config import Config
 from models.cost import Costs
 from models.cpsat_model import class_data
-from models.highs import quiet_highs
+from models.highs import add_linked_columns, quiet_highs
 from models.instance import BucketGroups, Space, as_space, batch_classes, group_bucket, limit_rhs
 from models.plan import BucketPlan
 from models.requests import Requests
@@ -122,8 +123,7 @@ class BucketPairs:
         """(pair keys group * classes + class, requests per pair, batches per class) of a plan, each batch in the
         class add_plan gives it; None when a batch has no class here."""
         bi, bj = batch_classes(self.req, plan, self.shapes, self.caps, self.space)
-        lookup = {key: c for key, c in self.class_index.items()}
-        cls = np.array([lookup.get((int(i), int(j)), -1) for i, j in zip(bi, bj)], dtype=np.int64)
+        cls = np.array([self.class_index.get((int(i), int(j)), -1) for i, j in zip(bi, bj)], dtype=np.int64)
         members = np.bincount(plan.batch_of, minlength=len(bi)) > 0
         if np.any(cls[members] < 0):
             return None
@@ -371,10 +371,9 @@ class LiveLP:
         import highspy
 
         self.model = model
-        self.inf, self.optimal = highspy.kHighsInf, highspy.HighsModelStatus.kOptimal
-        self.h, ub, eq, layout, n = load_highs(model)
+        self.optimal = highspy.HighsModelStatus.kOptimal
+        self.h, ub, eq, layout, _ = load_highs(model)
         self.h.setOptionValue("simplex_strategy", 1)
-        self.ncols, self.nrows = n, ub.count + eq.count
         # per bucket: first y column, demand rows (per group), capacity rows (per class), limit rows (per key)
         self.rows = {}
         for name, (_, yo, _, _, keys, eq_block, first) in layout.items():
@@ -405,18 +404,7 @@ class LiveLP:
             if "x" in family:
                 rows.append(np.where(coef[cs] != 0, limits[key], -1))
                 vals.append(coef[cs])
-        R, V = np.stack(rows, axis=1), np.stack(vals, axis=1)
-        keep = R >= 0
-        starts = np.r_[0, np.cumsum(keep.sum(axis=1))[:-1]].astype(np.int32)
-        self.h.addCols(len(gs), b.obj_x[cs] / self.model.reference, np.zeros(len(gs)), b.n[gs], int(keep.sum()),
-                       starts, R[keep].astype(np.int32), V[keep].astype(np.float64))
-        cols = np.arange(self.ncols, self.ncols + len(gs))
-        self.ncols += len(gs)
-        link_cols = np.stack([cols, yo + cs], axis=1).ravel().astype(np.int32)       # x - n_g y <= 0
-        link_vals = np.stack([np.ones(len(gs)), -b.n[gs]], axis=1).ravel()
-        self.h.addRows(len(gs), np.full(len(gs), -self.inf), np.zeros(len(gs)), 2 * len(gs),
-                       np.arange(0, 2 * len(gs), 2, dtype=np.int32), link_cols, link_vals)
-        self.nrows += len(gs)
+        add_linked_columns(self.h, b.obj_x[cs] / self.model.reference, b.n[gs], rows, vals, yo + cs)
 
 
 class Rows:

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from models.cpsat_model import class_data
-from models.highs import quiet_highs
+from models.highs import add_linked_columns, quiet_highs
 from models.instance import BucketGroups, Instance, Space, aligned, batch_classes, gen_ladder, limit_rhs, model_space
 
 log = logging.getLogger(__name__)
@@ -181,19 +181,16 @@ class GlobalBound:
     def _col(self, cost, lo, hi) -> int:
         self.h.addCol(float(cost) / self.reference, float(lo), float(hi) if math.isfinite(hi) else self.inf,
                       0, np.zeros(0, dtype=np.int32), np.zeros(0))
-        self.ncols += 1
-        return self.ncols - 1
+        return self.h.getNumCol() - 1
 
     def _row(self, lo, hi, cols, vals) -> int:
         cols = np.asarray(cols, dtype=np.int32)
         self.h.addRow(float(lo) if math.isfinite(lo) else -self.inf, float(hi) if math.isfinite(hi) else self.inf,
                       len(cols), cols, np.asarray(vals, dtype=np.float64))
-        self.nrows += 1
-        return self.nrows - 1
+        return self.h.getNumRow() - 1
 
     def _build(self, max_caps: int):
         inst, P = self.inst, len(self.shapes)
-        self.ncols = self.nrows = 0
         compile_cost = self.weights.get("cost", 0.0) * inst.costs.compile(self.shapes.astype(np.float64))
         self.z = [self._col(compile_cost[i], 0, 1) for i in range(P)]
         self._row(-INF, inst.cfg.shapes.max_unique, self.z, np.ones(P))
@@ -226,21 +223,8 @@ class GlobalBound:
         for key, per_x in coef.items():
             rows.append(np.where(per_x != 0, b.limit_rows[key], -1))
             vals.append(per_x)
-        R, V = np.stack(rows, axis=1), np.stack(vals, axis=1)
-        keep = R >= 0
-        starts = np.r_[0, np.cumsum(keep.sum(axis=1))[:-1]].astype(np.int32)
-        first = self.ncols
-        self.h.addCols(len(gs), obj / self.reference, np.zeros(len(gs)), b.n[gs].astype(np.float64),
-                       int(keep.sum()), starts, R[keep].astype(np.int32), V[keep])
-        self.ncols += len(gs)
-        cols = np.arange(first, first + len(gs))
-        b.col_of[gs, cs] = cols
-        # links x - n_g y <= 0, one row each
-        link_cols = np.stack([cols, b.y[cs]], axis=1).ravel().astype(np.int32)
-        link_vals = np.stack([np.ones(len(gs)), -b.n[gs].astype(np.float64)], axis=1).ravel()
-        self.h.addRows(len(gs), np.full(len(gs), -self.inf), np.zeros(len(gs)), 2 * len(gs),
-                       np.arange(0, 2 * len(gs), 2, dtype=np.int32), link_cols, link_vals)
-        self.nrows += len(gs)
+        upper = b.n[gs].astype(np.float64)
+        b.col_of[gs, cs] = add_linked_columns(self.h, obj / self.reference, upper, rows, vals, b.y[cs])
 
     def seed_plan(self, plans: dict) -> None:
         """Write the pairs a plan uses (each batch at its class level as batch_classes gives it, its cap the ladder

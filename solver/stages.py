@@ -225,7 +225,8 @@ def extra_shape(lp, shapes) -> list[int]:
     start for 30 s)."""
     if lp is None or not lp.shape_use:
         return []
-    outside = {s: v for s, v in lp.shape_use.items() if s not in set(shapes)}
+    own = set(shapes)
+    outside = {s: v for s, v in lp.shape_use.items() if s not in own}
     best = max(outside, key=outside.get, default=None)
     return [best] if best is not None and outside[best] >= POLISH_EXTRA_USE else []
 
