@@ -414,3 +414,15 @@ def test_a_finer_lp_starts_only_with_enough_time_left(tmp_path, monkeypatch, coa
     res = global_bound(ladder_instance(tmp_path), 1e9, 60, max_caps=30, progress=False)
     assert [c for c, _, _, _ in res.ladder][-1] == (30 if finer else res.ladder[0][0])
     assert len(res.ladder) == (2 if finer else 1)
+
+
+def test_shape_use_is_the_lps_z_over_every_candidate_shape(tmp_path):
+    """shape_use has every candidate shape, each z in [0, 1], at most max_unique in all, and the top shape (the
+    only one holding the longest prompt) open."""
+    inst = ladder_instance(tmp_path)
+    res = global_bound(inst, 1e9, 60, max_caps=30, progress=False)
+    use = res.shape_use
+    assert sorted(use) == sorted(int(s) for s in inst.all_shapes)
+    assert all(-1e-9 <= v <= 1 + 1e-9 for v in use.values())
+    assert sum(use.values()) <= inst.cfg.shapes.max_unique + 1e-9
+    assert use[max(use)] > 1e-9
