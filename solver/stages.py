@@ -112,7 +112,7 @@ def lp_info(info: dict, lp) -> None:
     """The pair-LP bound stage's figures in the report."""
     if lp is not None:
         info.update({"lp_bound": lp.bound, "lp_value": lp.lp_value, "lp_converged": lp.converged,
-                     "lp_rounds": lp.rounds, "lp_pairs": lp.columns, "lp_time_s": lp.time_s,
+                     "lp_rounds": lp.rounds, "lp_pairs": lp.columns, "lp_cuts": lp.cuts, "lp_time_s": lp.time_s,
                      "lp_ladder": [{"caps": c, "bound": b, "converged": v, "time_s": t} for c, b, v, t in lp.ladder]})
 
 

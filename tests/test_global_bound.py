@@ -426,3 +426,118 @@ def test_shape_use_is_the_lps_z_over_every_candidate_shape(tmp_path):
     assert all(-1e-9 <= v <= 1 + 1e-9 for v in use.values())
     assert sum(use.values()) <= inst.cfg.shapes.max_unique + 1e-9
     assert use[max(use)] > 1e-9
+
+
+# --- cuts: sum over a level's caps of x[g, c] <= n_g z ------------------------------------------------
+
+CUT_CASES = [   # found by a random search: instances where the cuts lift the converged LP
+    (([250, 60, 300, 130, 100], [3, 28, 37, 43, 8]), {}),
+    (([250, 300, 60, 190, 20, 100], [3, 3, 3, 43, 36, 2]), {"sequential_time_ms": 900}),
+    (([60, 190, 60, 20, 300], [14, 36, 37, 16, 27]), {"p95_latency_ms": 800}),
+]
+
+
+@pytest.mark.parametrize("data,limits", CUT_CASES)
+def test_cuts_lift_the_bound_and_stay_below_the_optimum(tmp_path, data, limits):
+    cfg, reqs = config(tmp_path, {"a": data}, {"a": limits}, k=2)
+    best = brute_force(cfg, reqs)
+    inst = Instance(cfg, reqs)
+    plain = GlobalBound(inst, cfg.objective.weight_map(), 1e9, max_caps=3).run(30, progress=False)
+    cut = GlobalBound(inst, cfg.objective.weight_map(), 1e9, max_caps=3).run(30, progress=False, cuts=True)
+    assert plain.converged and cut.converged and plain.cuts == 0 < cut.cuts
+    assert plain.bound * (1 + 1e-3) < cut.bound <= best.objective * (1 + 1e-9)
+    for _, lagrangian in cut.history:
+        assert lagrangian <= cut.lp_value * (1 + 1e-9) + 1e-6
+
+
+def every_cut_lp_value(inst, caps: int) -> float:
+    """The LP with every eligible pair and every (group, level) cut written up front, solved once."""
+    model = GlobalBound(inst, inst.cfg.objective.weight_map(), 1e9, max_caps=caps)
+    for b in model.buckets:
+        for g in range(len(b.n)):
+            for i in range(b.cut_of.shape[1]):
+                b.cut_of[g, i] = model._row(-np.inf, 0, [model.z[i]], [-float(b.n[g])])
+        gs, cs = np.nonzero(b.eligible(np.arange(len(b.n))))
+        model.add_pairs(b, gs, cs)
+    model.h.run()
+    return model.h.getInfo().objective_function_value * model.reference + model.constant
+
+
+@pytest.mark.parametrize("data,limits", CUT_CASES)
+def test_column_generation_with_cuts_reaches_the_lp_with_every_cut(tmp_path, data, limits):
+    """Cuts added only where broken, pairs priced in with the cuts' duals: at convergence the LP with every pair
+    and every cut written up front."""
+    cfg, reqs = config(tmp_path, {"a": data}, {"a": limits}, k=2)
+    inst = Instance(cfg, reqs)
+    res = GlobalBound(inst, cfg.objective.weight_map(), 1e9, max_caps=3).run(30, per_group=1, progress=False,
+                                                                             cuts=True)
+    assert res.converged and res.lp_value == pytest.approx(every_cut_lp_value(inst, 3), rel=1e-7)
+
+
+def test_a_cut_row_holds_every_written_pair_of_its_group_and_level(tmp_path):
+    """Pairs written before the cut and priced in after it both enter it; no other pair does; z enters at -n_g."""
+    data, limits = CUT_CASES[0]
+    cfg, reqs = config(tmp_path, {"a": data}, {"a": limits}, k=2)
+    model = GlobalBound(Instance(cfg, reqs), cfg.objective.weight_map(), 1e9, max_caps=3)
+    model.run(30, per_group=1, progress=False, cuts=True)
+    lp = model.h.getLp()
+    A = lp.a_matrix_
+    entries = {}                                          # row -> {column: value}
+    for j in range(lp.num_col_):
+        for k in range(A.start_[j], A.start_[j + 1]):
+            entries.setdefault(A.index_[k], {})[j] = A.value_[k]
+    b = model.buckets[0]
+    checked = 0
+    for g, i in zip(*np.nonzero(b.cut_of >= 0)):
+        row = entries[b.cut_of[g, i]]
+        pairs = {int(b.col_of[g, c]) for c in np.flatnonzero((b.col_of[g] >= 0) & (b.ci == i))}
+        assert row == {**{c: 1.0 for c in pairs}, model.z[i]: -float(b.n[g])}
+        checked += 1
+    assert checked == (b.cut_of >= 0).sum() > 0
+
+
+def test_only_the_last_lp_of_the_ladder_runs_cuts(tmp_path, monkeypatch):
+    """The coarse LP (a finer one follows) runs without cuts; the last goes on with cuts on the same model, and
+    the answer sums its rounds and time over both calls."""
+    calls = []
+    real = GlobalBound.run
+
+    def record(self, time_limit_s, **kw):
+        result = real(self, time_limit_s, **kw)
+        calls.append((int(self.buckets[0].caps.size), kw.get("cuts", False), result.rounds))
+        return result
+
+    monkeypatch.setattr(GlobalBound, "run", record)
+    res = global_bound(ladder_instance(tmp_path), 1e9, 60, max_caps=30, progress=False)
+    coarse = calls[0][0]
+    assert [(c, k) for c, k, _ in calls] == [(coarse, False), (30, False), (30, True)] and coarse < 30
+    assert res.rounds == calls[1][2] + calls[2][2]
+
+
+def test_with_cuts_keeps_the_higher_bound_and_sums_the_calls():
+    from solver.global_bound import BoundResult, with_cuts
+
+    before = BoundResult(5.0, 5.0, True, 3, 10, 2.0, {"a": 4}, [(5.0, 4.0)], shape_use={64: 1.0})
+    after = BoundResult(4.0, 6.0, False, 2, 12, 1.5, {"a": 4}, [(6.0, 4.0)], shape_use={}, cuts=7)
+    both = with_cuts(before, after)
+    assert (both.bound, both.lp_value, both.converged, both.rounds, both.columns, both.time_s) == \
+        (5.0, 6.0, False, 5, 12, 3.5)
+    assert both.history == [(5.0, 4.0), (6.0, 4.0)] and both.shape_use == {64: 1.0} and both.cuts == 7
+
+
+def test_a_coarse_lp_with_no_time_for_the_finer_goes_on_with_cuts(tmp_path, monkeypatch):
+    """When the finer LP will not start (its coarse LP took over 1/FINER_START of the time left), the coarse LP's
+    model goes on with cuts instead."""
+    calls = []
+    real = GlobalBound.run
+
+    def slow(self, time_limit_s, **kw):
+        result = real(self, time_limit_s, **kw)
+        calls.append((int(self.buckets[0].caps.size), kw.get("cuts", False)))
+        result.time_s = 100.0
+        return result
+
+    monkeypatch.setattr(GlobalBound, "run", slow)
+    res = global_bound(ladder_instance(tmp_path), 1e9, 60, max_caps=30, progress=False)
+    assert len(calls) == 2 and calls[0][0] == calls[1][0] < 30 and [k for _, k in calls] == [False, True]
+    assert len(res.ladder) == 1 and res.time_s < 100.0      # the answer's time is the wall time
