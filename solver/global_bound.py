@@ -94,9 +94,10 @@ class BucketLP:
         groups = BucketGroups(name, caps, counts, req.real_tokens, True)
         d = class_data(cfg, inst.costs, space, groups, limits, req)
         self.ci, self.cj = np.nonzero(d.capacity > 0)
-        # covering[c]: the shapes a batch of class c may take (shape mode: its own; context mode: any covering)
-        self.covering = [np.arange(int(space.cover[i]), len(space.shapes)) if space.context_mode
-                         else np.array([int(i)]) for i in self.ci]
+        # level_covering[i]: the shapes a batch at level i may take (shape mode: its own; context mode: any covering)
+        self.level_covering = [np.arange(int(space.cover[i]), len(space.shapes)) if space.context_mode
+                               else np.array([i]) for i in range(len(space.levels))]
+        self.covering = [self.level_covering[i] for i in self.ci]                  # the same per class
         ci, cj = self.ci, self.cj
         wc, wp, ws = (weights.get(k, 0.0) for k in ("cost", "pad_tokens", "sequential_time_ms"))
         oh = cfg.cost_model.batch_overhead_cost
@@ -241,8 +242,7 @@ class GlobalBound:
         gs, cs = np.nonzero(b.col_of >= 0)
         total = np.zeros(b.cut_of.shape)
         np.add.at(total, (gs, b.ci[cs]), x[b.col_of[gs, cs]])
-        covering = [np.arange(int(self.space.cover[i]), len(self.shapes)) if self.space.context_mode
-                    else np.array([i]) for i in range(b.cut_of.shape[1])]
+        covering = b.level_covering
         excess = total - b.n[:, None] * np.array([z[c].sum() for c in covering])[None, :]
         excess[b.cut_of >= 0] = 0.0
         cand = np.flatnonzero(excess.ravel() > CUT_TOL * b.n.max())
@@ -305,7 +305,8 @@ class GlobalBound:
                 break
             value = self.h.getInfo().objective_function_value * self.reference + self.constant
             solution = self.h.getSolution()
-            z = np.asarray(solution.col_value)[self.z]
+            x = np.asarray(solution.col_value)
+            z = x[self.z]
             shape_use = {int(s): float(v) for s, v in zip(self.shapes, z)}
             duals = np.asarray(solution.row_dual) * self.reference
             col_duals = np.asarray(solution.col_dual) * self.reference
@@ -317,7 +318,6 @@ class GlobalBound:
                 added += len(gs)
             bound = max(bound, value + lagrange)
             if added == 0 and cuts:
-                x = np.asarray(solution.col_value)
                 cut_rows = sum(self.add_cuts(b, x, z) for b in self.buckets)
             history.append((value, value + lagrange))
             if progress:
@@ -347,14 +347,16 @@ class GlobalBound:
         tol = 1e-9 * b.obj_scale
         term, new_g, new_c = 0.0, [], []
         step = max(1, chunk // max(b.num_classes, 1))
+        has_cuts = bool((b.cut_of >= 0).any())                  # no cut yet: no cut duals to gather
         for lo in range(0, len(b.n), step):
             gs = np.arange(lo, min(lo + step, len(b.n)))
             obj, coef = b.member(gs[:, None], np.arange(b.num_classes)[None, :])
             base = obj - cap_dual[None, :]
             for key, per_x in coef.items():
                 base = base - duals[b.limit_rows[key]] * per_x
-            cut = b.cut_of[gs][:, b.ci]
-            base = base - np.where(cut >= 0, duals[np.maximum(cut, 0)], 0.0)
+            if has_cuts:
+                cut = b.cut_of[gs][:, b.ci]
+                base = base - np.where(cut >= 0, duals[np.maximum(cut, 0)], 0.0)
             fresh = np.where(b.eligible(gs), base - pi[gs][:, None], np.inf)
             cols = b.col_of[gs]
             written = cols >= 0
