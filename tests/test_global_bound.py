@@ -541,3 +541,69 @@ def test_a_coarse_lp_with_no_time_for_the_finer_goes_on_with_cuts(tmp_path, monk
     res = global_bound(ladder_instance(tmp_path), 1e9, 60, max_caps=30, progress=False)
     assert len(calls) == 2 and calls[0][0] == calls[1][0] < 30 and [k for _, k in calls] == [False, True]
     assert len(res.ladder) == 1 and res.time_s < 100.0      # the answer's time is the wall time
+
+
+def column_entries(h, cols) -> dict:
+    """{column: {row: value}} read back from the LP matrix."""
+    A = h.getLp().a_matrix_
+    return {j: {A.index_[k]: A.value_[k] for k in range(A.start_[j], A.start_[j + 1])} for j in cols}
+
+
+# found by a random search: pricing after the cuts needs their duals (a pair whose reduced cost without them is
+# negative, with them positive)
+PRICED_AFTER_CUTS = (([60, 60, 100, 250, 100, 20], [31, 34, 9, 26, 19, 23]), {}, 4)
+
+
+@pytest.mark.parametrize("data,limits,caps", [case + (3,) for case in CUT_CASES] + [PRICED_AFTER_CUTS])
+def test_every_pair_priced_in_has_a_negative_reduced_cost_in_the_lp_it_enters(tmp_path, data, limits, caps):
+    """c_j - sum_i a_ij y_i recomputed from the LP matrix and the duals that priced the pair (cut rows included,
+    a new pair's own link row at 0): below zero for every pair added after the first LP."""
+    cfg, reqs = config(tmp_path, {"a": data}, {"a": limits}, k=2)
+    model = GlobalBound(Instance(cfg, reqs), cfg.objective.weight_map(), 1e9, max_caps=caps)
+    priced, real_price, real_add = {}, model._price, model.add_pairs
+    checked = []
+
+    def price(b, duals, *rest):
+        priced["duals"] = duals / model.reference
+        return real_price(b, duals, *rest)
+
+    def add(b, gs, cs):
+        first = model.h.getNumCol()
+        real_add(b, gs, cs)
+        if "duals" in priced and len(gs):
+            y, cost = priced["duals"], model.h.getLp().col_cost_
+            for j, row in column_entries(model.h, range(first, model.h.getNumCol())).items():
+                rc = cost[j] - sum(v * y[i] for i, v in row.items() if i < len(y))
+                checked.append(rc)
+
+    model._price, model.add_pairs = price, add
+    res = model.run(30, progress=False, cuts=True)
+    assert res.converged and res.cuts > 0 and len(checked) > 0
+    assert max(checked) < 0
+
+
+def broken_by(h, row: int, x: np.ndarray) -> float:
+    """How far the LP solution x breaks row `row` (activity minus its upper side), read from the LP matrix."""
+    lp = h.getLp()
+    A = lp.a_matrix_
+    activity = sum(A.value_[k] * x[j] for j in range(lp.num_col_) for k in range(A.start_[j], A.start_[j + 1])
+                   if A.index_[k] == row)
+    return activity - lp.row_upper_[row]
+
+
+def test_cuts_are_added_only_where_broken_and_the_most_broken_first(tmp_path):
+    """On the converged LP without cuts: each cut add_cuts writes is broken by the solution it was made from;
+    capped at one, the one written is the most broken of them."""
+    data, limits = CUT_CASES[1]                           # its cuts are broken by different amounts
+    cfg, reqs = config(tmp_path, {"a": data}, {"a": limits}, k=2)
+    inst = Instance(cfg, reqs)
+    models = [GlobalBound(inst, cfg.objective.weight_map(), 1e9, max_caps=3) for _ in range(2)]
+    breaks = []
+    for model, most in zip(models, (10_000, 1)):
+        assert model.run(30, progress=False).converged
+        x = np.asarray(model.h.getSolution().col_value)
+        b = model.buckets[0]
+        assert model.add_cuts(b, x, x[model.z], most=most) == (b.cut_of >= 0).sum()
+        breaks.append(sorted(broken_by(model.h, int(r), x) for r in b.cut_of[b.cut_of >= 0]))
+    every, capped = breaks
+    assert len(every) > 1 and min(every) > 0 and capped == pytest.approx([max(every)], rel=1e-9)
