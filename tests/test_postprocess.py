@@ -7,7 +7,8 @@ import pytest
 from models.instance import as_space, group_bucket, model_space
 from models.plan import BucketPlan
 from models.requests import Requests
-from solver.postprocess import (first_use_members, member_of_level, ordered_plan, plan_to_classes, spec_first_use,
+from solver.postprocess import (first_use_members, member_latencies, member_of_level, ordered_plan, place_leads,
+                                plan_to_classes, spec_first_use,
                                 split_to)
 from tests.helpers import load, make_config, rows_from
 
@@ -98,6 +99,63 @@ def test_first_use_member_crosses_fewest_limits_then_raises_least(tmp_path, seed
     plan = BucketPlan(batch_of, np.array([64, 128, 64, 128, 192]))
     got = first_use_members(cfg, reqs([10] * n, [1] * n), plan, lat)
     assert got.tolist() == expected_first_use(lat, batch_of, plan.seq_align, cfg.cost_model.first_use_ms, limits)
+
+
+# --- member_latencies --------------------------------------------------------------------------------------
+
+def spec_latency(coef, step, overhead, L, C, G) -> float:
+    """Spec 4b from its text: q(prefill_ms, L_r) + sum_{t<G} q(decode_step_ms, C_b + t) + batch_overhead_ms."""
+    q = lambda c, x: c[0] + c[1] * x + c[2] * x * x                 # noqa: E731
+    return q(coef, L) + sum(q(step, C + t) for t in range(G)) + overhead
+
+
+LAT_PROMPTS, LAT_GENS = [10, 70, 130, 200, 5], [3, 9, 4, 2, 6]
+LAT_PLAN = BucketPlan(np.array([0, 0, 1, 1, 0]), np.array([192, 256]))
+LAT_COST = {"prefill_ms": [1.0, 0.5, 0.01], "decode_step_ms": [2.0, 0.25, 0.002], "batch_overhead_ms": 7.0,
+            "first_use_ms": 1000}
+
+
+def spec_member_latencies(prefill: str, context: str) -> list[float]:
+    prompts, gens, plan = LAT_PROMPTS, LAT_GENS, LAT_PLAN
+    out = []
+    for r, b in enumerate(plan.batch_of):
+        mine = [m for m in range(len(prompts)) if plan.batch_of[m] == b]
+        L = plan.seq_align[b] if prefill == "shape" else -(-prompts[r] // 64) * 64
+        C = plan.seq_align[b] if context == "shape" else max(-(-prompts[m] // 64) * 64 for m in mine)
+        out.append(spec_latency(LAT_COST["prefill_ms"], LAT_COST["decode_step_ms"], LAT_COST["batch_overhead_ms"],
+                                L, C, max(gens[m] for m in mine)))
+    return out
+
+
+SEMANTICS = list(itertools.product(["shape", "request"], ["shape", "batch"]))
+
+
+@pytest.mark.parametrize("prefill,context", SEMANTICS)
+def test_member_latencies_follow_the_semantics(tmp_path, prefill, context):
+    """Prefill at seq_align or at the member's own aligned prompt; decode from seq_align or from the batch's longest
+    aligned prompt, for G_b steps; no warm-up. The instance tells the four semantics apart."""
+    cm = {"prefill_length": prefill, "decode_context": context, **LAT_COST}
+    cfg = load(make_config(tmp_path, {"a": rows_from(LAT_PROMPTS, LAT_GENS)}, {"a": {}}, cost_model=cm))
+    got = member_latencies(cfg, reqs(LAT_PROMPTS, LAT_GENS), LAT_PLAN)
+    assert got == pytest.approx(spec_member_latencies(prefill, context), rel=1e-12)
+    for other in SEMANTICS:
+        if other != (prefill, context):
+            assert got != pytest.approx(spec_member_latencies(*other), rel=1e-6)
+
+
+# --- place_leads -------------------------------------------------------------------------------------------
+
+def test_place_leads_in_shape_mode_gives_each_shape_its_shortest_prompt_member_first(tmp_path):
+    """A lead per shape (its class a batch of that shape): per spec 4b's first use, each shape's first line is
+    that batch's member with the shortest prompt; batches and shapes stay as they were."""
+    prompts, gens = [10, 50, 100, 70, 150, 120, 90], [1] * 7
+    cfg = load(make_config(tmp_path, {"a": rows_from(prompts, gens)}, {"a": {}}))
+    space = as_space(cfg, np.array([64, 128, 192]))
+    batch_of, seq = np.array([0, 0, 1, 1, 2, 2, 3]), np.array([64, 128, 192, 128])
+    plan = place_leads(cfg, reqs(prompts, gens), space, BucketPlan(batch_of, seq), np.array([0, 1, 2, 1]),
+                       np.ones((3, 1), dtype=np.int64), None, 1)
+    assert plan.batch_of.tolist() == batch_of.tolist() and plan.seq_align.tolist() == seq.tolist()
+    assert spec_first_use(reqs(prompts, gens), plan).tolist() == [0, 3, 5]
 
 
 # --- member_of_level ----------------------------------------------------------------------------------------
