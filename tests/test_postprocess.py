@@ -158,6 +158,28 @@ def test_place_leads_in_shape_mode_gives_each_shape_its_shortest_prompt_member_f
     assert spec_first_use(reqs(prompts, gens), plan).tolist() == [0, 3, 5]
 
 
+def test_place_leads_in_context_mode_takes_a_member_of_the_leads_own_level_and_a_batch_per_shape(tmp_path):
+    """Context mode: levels 64 and 128, shapes 64, 128, 192; class (level 1, cap 0) has batches 0 and 2, and two
+    of its leads go to two of its batches (128 and 192). Lead (own level 0, class level 1) lands in batch 0, which
+    holds no level-0 member: request 2 is swapped in from batch 2 of the same class and carries 128's first use."""
+    prompts, gens = [10, 100, 20, 110, 30, 120], [1] * 6
+    cfg = load(make_config(tmp_path, {"a": rows_from(prompts, gens)}, {"a": {}}, cost_model=CONTEXT))
+    req = reqs(prompts, gens)
+    space = model_space(cfg, np.array([64, 128, 192]), {"a": req}, 64)
+    assert space.context_mode and space.levels.tolist() == [64, 128] and space.cover.tolist() == [0, 1]
+    batch_of, seq = np.array([1, 0, 2, 0, 1, 2]), np.array([128, 64, 128])
+    lead = np.zeros((2, 2, 1), dtype=np.int64)
+    lead[0, 0, 0] = lead[0, 1, 0] = lead[1, 1, 0] = 1             # (own level, class level, cap)
+    plan = place_leads(cfg, req, space, BucketPlan(batch_of, seq), np.array([1, 0, 1]), lead,
+                       np.array([1, 1, 1]), 1)
+    assert plan.seq_align.tolist() == [128, 64, 192]
+    assert sorted(plan.batch_of[[1, 2, 3, 5]].tolist()) == [0, 0, 2, 2] and plan.batch_of[[0, 4]].tolist() == [1, 1]
+    assert plan.batch_of[2] == 0                                    # swapped into the lead batch
+    first = set(spec_first_use(req, plan).tolist())                # one member per shape, sorted
+    third = (first - {0, 2}).pop()
+    assert {0, 2} < first and len(first) == 3 and plan.batch_of[third] == 2 and prompts[third] > 64
+
+
 # --- member_of_level ----------------------------------------------------------------------------------------
 
 def test_member_of_level_takes_one_already_there():
