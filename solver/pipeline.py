@@ -21,8 +21,9 @@ from solver.current import current_plans
 from solver.evaluate import evaluate, kept_copy, rank_key, run_heuristic
 from solver.parallel import RaySession, check_backend
 from solver.results import MethodResult, SolveResult, Stages
-from solver.stages import (bound_share, build_model, deterministic, early, lns_info, lns_share, lp_info,
-                           model_plan, polish_share, polish_starts, run_bound_stage, run_lns_stage, run_polishes)
+from solver.stages import (bound_share, build_model, deterministic, lns_info, lns_share, lp_info, model_plan,
+                           polish_share, polish_starts, run_bound_stage, run_lns_stage, run_polishes,
+                           stopped_by_its_own_handler)
 
 log = logging.getLogger(__name__)
 METHODS = ("cpsat", "dp", "greedy", "baseline", "baseline_step128", "baseline_exp")
@@ -97,7 +98,7 @@ def search_stages(inst: Instance, heuristics: list[MethodResult], time_limit: fl
         with stop.searching():
             sol = model.solve(stop.time_left(cpsat_s), cfg.solver.workers, cfg.solver.seed, cfg.solver.log_progress,
                               None if stop.requested() else cfg.solver.deterministic_time)
-    if sol.interrupted or (sol.status == "UNKNOWN" and early(sol.solve_time_s, cpsat_s) and not det):
+    if stopped_by_its_own_handler(sol, cpsat_s, det):
         stop.request()                  # CP-SAT stopped early on a Ctrl-C it caught itself
     interrupted = stop.requested()
     bound = max(sol.bound, presearch_bound)

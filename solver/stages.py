@@ -194,6 +194,15 @@ def model_plan_exact(cfg: Config, req, space, groups, sol) -> BucketPlan:
     return plan if n in sol.lead else place_first_use(cfg, req, plan)
 
 
+def stopped_by_its_own_handler(sol, limit_s: float, det: bool) -> bool:
+    """CP-SAT caught a Ctrl-C itself: only when the search ran without the guard (which sees every signal, see
+    solver/stop.py) and CP-SAT ended well before its limit. Under the guard an early end is CP-SAT's own
+    (e.g. `Stopped after presolve` when the presolve eats the time limit), not a stop."""
+    if stop.search_was_guarded():
+        return False
+    return sol.interrupted or (sol.status == "UNKNOWN" and early(sol.solve_time_s, limit_s) and not det)
+
+
 def early(used_s: float, limit_s: float) -> bool:
     """CP-SAT ended well before its time limit: by 5% and by a second at least (its clock and ours start
     a fraction of a second apart, so a short search that runs to its limit is not taken for a stop)."""

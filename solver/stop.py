@@ -50,6 +50,7 @@ class _State:
     raised = False
     aborting = False
     searching = False
+    guarded = False             # the last search ran under the guard: a signal in it set `requested`
     pokes = 0
     previous: dict = {}
     wakeup = None               # (read fd, write fd, previous wakeup fd)
@@ -152,6 +153,12 @@ def requested() -> bool:
     return S.requested
 
 
+def search_was_guarded() -> bool:
+    """The last search ran under the guard, so every signal in it (but one in its first half millisecond)
+    set the stop flag: CP-SAT ending before its time limit is then no sign of a Ctrl-C."""
+    return S.guarded
+
+
 def request() -> None:
     """Mark the run stopped (e.g. CP-SAT reports it stopped early on a Ctrl-C it caught itself)."""
     S.requested = True
@@ -169,6 +176,7 @@ def searching():
     S.searching, S.pokes, S.solver = True, 0, None
     S.wake.clear()
     guard = GUARD.start() if S.installed and main_thread() else None
+    S.guarded = guard is not None
     if guard is not None:
         sys.setprofile(_capture)
     try:

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from solver.commands.cli import solve_main, verify_main
@@ -132,3 +133,39 @@ def test_cpsat_counts_as_stopped_only_well_before_its_limit(used, limit, stopped
     from solver.stages import early
 
     assert early(used, limit) is stopped
+
+
+class _Sol:
+    def __init__(self, status, used, interrupted=False):
+        self.status, self.solve_time_s, self.interrupted = status, used, interrupted
+
+
+@pytest.mark.parametrize("guarded,sol,det,stopped", [
+    (False, _Sol("UNKNOWN", 3.7, False), False, True),      # no guard: an early UNKNOWN is taken for a Ctrl-C
+    (False, _Sol("UNKNOWN", 3.7, False), True, False),      # ... unless CP-SAT ran on a work limit
+    (False, _Sol("FEASIBLE", 3.7, True), False, True),
+    (False, _Sol("UNKNOWN", 9.9, False), False, False),     # ran to its limit
+    (True, _Sol("UNKNOWN", 3.7, False), False, False),      # the guard saw no signal: CP-SAT's own early end
+    (True, _Sol("FEASIBLE", 3.7, True), False, False),
+])
+def test_an_early_cpsat_end_counts_as_a_stop_only_without_the_guard(monkeypatch, guarded, sol, det, stopped):
+    from solver import stop
+    from solver.stages import stopped_by_its_own_handler
+
+    monkeypatch.setattr(stop.S, "guarded", guarded)
+    assert stopped_by_its_own_handler(sol, 10.0, det) is stopped
+
+
+def test_cpsat_stopping_after_presolve_under_the_guard_is_no_interrupt(tmp_path, monkeypatch, capsys):
+    """Measured on azure_code at 60 s: CP-SAT, given 5.3 s, ended `Stopped after presolve` (UNKNOWN) after 3.7 s
+    and the run was marked interrupted, its polish and pictures skipped. With no signal the run goes on: not
+    interrupted, plan and report written whole."""
+    from models.cpsat_model import ModelSolution, ShapeModel
+
+    folder = seed_folder(tmp_path)
+    monkeypatch.setattr(ShapeModel, "solve", lambda self, *a, **k: ModelSolution("UNKNOWN", None, -np.inf, 0.01))
+    code = solve_main([str(folder / "config.yaml"), "--quiet", "--no-plots", "--method", "cpsat", "--time-limit", "3"])
+    assert code == 0
+    assert "skipped (stopped)" not in capsys.readouterr().err
+    report = json.loads((folder / "out" / "report.json").read_text())
+    assert report["methods"]["cpsat"]["interrupted"] is False
