@@ -450,6 +450,17 @@ def test_cuts_lift_the_bound_and_stay_below_the_optimum(tmp_path, data, limits):
         assert lagrangian <= cut.lp_value * (1 + 1e-9) + 1e-6
 
 
+def lp_entries(h) -> dict[int, dict[int, float]]:
+    """{row: {column: value}} of the LP matrix as HiGHS holds it (column-wise)."""
+    lp = h.getLp()
+    A = lp.a_matrix_
+    entries = {}
+    for j in range(lp.num_col_):
+        for k in range(A.start_[j], A.start_[j + 1]):
+            entries.setdefault(A.index_[k], {})[j] = A.value_[k]
+    return entries
+
+
 def every_cut_lp_value(inst, caps: int) -> float:
     """The LP with every eligible pair and every (group, level) cut written up front, solved once."""
     model = GlobalBound(inst, inst.cfg.objective.weight_map(), 1e9, max_caps=caps)
@@ -480,12 +491,7 @@ def test_a_cut_row_holds_every_written_pair_of_its_group_and_level(tmp_path):
     cfg, reqs = config(tmp_path, {"a": data}, {"a": limits}, k=2)
     model = GlobalBound(Instance(cfg, reqs), cfg.objective.weight_map(), 1e9, max_caps=3)
     model.run(30, per_group=1, progress=False, cuts=True)
-    lp = model.h.getLp()
-    A = lp.a_matrix_
-    entries = {}                                          # row -> {column: value}
-    for j in range(lp.num_col_):
-        for k in range(A.start_[j], A.start_[j + 1]):
-            entries.setdefault(A.index_[k], {})[j] = A.value_[k]
+    entries = lp_entries(model.h)
     b = model.buckets[0]
     checked = 0
     for g, i in zip(*np.nonzero(b.cut_of >= 0)):
@@ -543,12 +549,6 @@ def test_a_coarse_lp_with_no_time_for_the_finer_goes_on_with_cuts(tmp_path, monk
     assert len(res.ladder) == 1 and res.time_s < 100.0      # the answer's time is the wall time
 
 
-def column_entries(h, cols) -> dict:
-    """{column: {row: value}} read back from the LP matrix."""
-    A = h.getLp().a_matrix_
-    return {j: {A.index_[k]: A.value_[k] for k in range(A.start_[j], A.start_[j + 1])} for j in cols}
-
-
 # found by a random search: pricing after the cuts needs their duals (a pair whose reduced cost without them is
 # negative, with them positive)
 PRICED_AFTER_CUTS = (([60, 60, 100, 250, 100, 20], [31, 34, 9, 26, 19, 23]), {}, 4)
@@ -571,10 +571,9 @@ def test_every_pair_priced_in_has_a_negative_reduced_cost_in_the_lp_it_enters(tm
         first = model.h.getNumCol()
         real_add(b, gs, cs)
         if "duals" in priced and len(gs):
-            y, cost = priced["duals"], model.h.getLp().col_cost_
-            for j, row in column_entries(model.h, range(first, model.h.getNumCol())).items():
-                rc = cost[j] - sum(v * y[i] for i, v in row.items() if i < len(y))
-                checked.append(rc)
+            y, cost, entries = priced["duals"], model.h.getLp().col_cost_, lp_entries(model.h)
+            for j in range(first, model.h.getNumCol()):
+                checked.append(cost[j] - sum(row[j] * y[i] for i, row in entries.items() if j in row and i < len(y)))
 
     model._price, model.add_pairs = price, add
     res = model.run(30, progress=False, cuts=True)
@@ -584,11 +583,7 @@ def test_every_pair_priced_in_has_a_negative_reduced_cost_in_the_lp_it_enters(tm
 
 def broken_by(h, row: int, x: np.ndarray) -> float:
     """How far the LP solution x breaks row `row` (activity minus its upper side), read from the LP matrix."""
-    lp = h.getLp()
-    A = lp.a_matrix_
-    activity = sum(A.value_[k] * x[j] for j in range(lp.num_col_) for k in range(A.start_[j], A.start_[j + 1])
-                   if A.index_[k] == row)
-    return activity - lp.row_upper_[row]
+    return sum(v * x[j] for j, v in lp_entries(h)[row].items()) - h.getLp().row_upper_[row]
 
 
 def test_cuts_are_added_only_where_broken_and_the_most_broken_first(tmp_path):

@@ -10,7 +10,7 @@ from models.requests import Requests
 from solver.postprocess import (first_use_members, member_latencies, member_of_level, ordered_plan, place_leads,
                                 plan_to_classes, spec_first_use,
                                 split_to)
-from tests.helpers import load, make_config, rows_from
+from tests.helpers import load, make_config, rows_from, spec_batch
 
 CONTEXT = {"prefill_length": "request", "decode_context": "batch", "prompt_pad": "request"}
 
@@ -103,44 +103,41 @@ def test_first_use_member_crosses_fewest_limits_then_raises_least(tmp_path, seed
 
 # --- member_latencies --------------------------------------------------------------------------------------
 
-def spec_latency(coef, step, overhead, L, C, G) -> float:
-    """Spec 4b from its text: q(prefill_ms, L_r) + sum_{t<G} q(decode_step_ms, C_b + t) + batch_overhead_ms."""
-    q = lambda c, x: c[0] + c[1] * x + c[2] * x * x                 # noqa: E731
-    return q(coef, L) + sum(q(step, C + t) for t in range(G)) + overhead
-
-
 LAT_PROMPTS, LAT_GENS = [10, 70, 130, 200, 5], [3, 9, 4, 2, 6]
 LAT_PLAN = BucketPlan(np.array([0, 0, 1, 1, 0]), np.array([192, 256]))
 LAT_COST = {"prefill_ms": [1.0, 0.5, 0.01], "decode_step_ms": [2.0, 0.25, 0.002], "batch_overhead_ms": 7.0,
             "first_use_ms": 1000}
-
-
-def spec_member_latencies(prefill: str, context: str) -> list[float]:
-    prompts, gens, plan = LAT_PROMPTS, LAT_GENS, LAT_PLAN
-    out = []
-    for r, b in enumerate(plan.batch_of):
-        mine = [m for m in range(len(prompts)) if plan.batch_of[m] == b]
-        L = plan.seq_align[b] if prefill == "shape" else -(-prompts[r] // 64) * 64
-        C = plan.seq_align[b] if context == "shape" else max(-(-prompts[m] // 64) * 64 for m in mine)
-        out.append(spec_latency(LAT_COST["prefill_ms"], LAT_COST["decode_step_ms"], LAT_COST["batch_overhead_ms"],
-                                L, C, max(gens[m] for m in mine)))
-    return out
-
-
 SEMANTICS = list(itertools.product(["shape", "request"], ["shape", "batch"]))
+
+
+def latency_config(tmp_path, prefill: str, context: str):
+    folder = tmp_path / f"{prefill}-{context}"
+    folder.mkdir()
+    cm = {"prefill_length": prefill, "decode_context": context, **LAT_COST}
+    return load(make_config(folder, {"a": rows_from(LAT_PROMPTS, LAT_GENS)}, {"a": {}}, cost_model=cm))
+
+
+def spec_member_latencies(cfg) -> list[float]:
+    """Each member's latency from spec 4b written out (tests.helpers.spec_batch), batch by batch, no warm-up."""
+    out = [0.0] * len(LAT_PROMPTS)
+    for b, s in enumerate(LAT_PLAN.seq_align):
+        mine = [r for r in range(len(LAT_PROMPTS)) if LAT_PLAN.batch_of[r] == b]
+        _, lats, _ = spec_batch(cfg, int(s), [(LAT_PROMPTS[r], LAT_GENS[r]) for r in mine])
+        for r, lat in zip(mine, lats):
+            out[r] = lat
+    return out
 
 
 @pytest.mark.parametrize("prefill,context", SEMANTICS)
 def test_member_latencies_follow_the_semantics(tmp_path, prefill, context):
     """Prefill at seq_align or at the member's own aligned prompt; decode from seq_align or from the batch's longest
     aligned prompt, for G_b steps; no warm-up. The instance tells the four semantics apart."""
-    cm = {"prefill_length": prefill, "decode_context": context, **LAT_COST}
-    cfg = load(make_config(tmp_path, {"a": rows_from(LAT_PROMPTS, LAT_GENS)}, {"a": {}}, cost_model=cm))
+    cfg = latency_config(tmp_path, prefill, context)
     got = member_latencies(cfg, reqs(LAT_PROMPTS, LAT_GENS), LAT_PLAN)
-    assert got == pytest.approx(spec_member_latencies(prefill, context), rel=1e-12)
+    assert got == pytest.approx(spec_member_latencies(cfg), rel=1e-12)
     for other in SEMANTICS:
         if other != (prefill, context):
-            assert got != pytest.approx(spec_member_latencies(*other), rel=1e-6)
+            assert got != pytest.approx(spec_member_latencies(latency_config(tmp_path, *other)), rel=1e-6)
 
 
 # --- place_leads -------------------------------------------------------------------------------------------
