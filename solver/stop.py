@@ -19,8 +19,8 @@ to the default action (end the process). So `searching()` keeps SIGINT ours (Lin
   SIGINT is never at the default action while the run goes on.
 Left open: a signal in the first half millisecond of the search reaches CP-SAT's own handler (it stops
 the search, and the run goes on to the polish, where the next signal stops it: under the guard an early end
-of CP-SAT is not taken for a stop, see `search_was_guarded`). Elsewhere the watcher passes a signal on to CP-SAT as a SIGINT to the main thread, at most
-twice per search.
+of CP-SAT is not taken for a stop, see `search_was_guarded`). Elsewhere the watcher passes a signal on to
+CP-SAT as a SIGINT to the main thread, at most twice per search.
 """
 from __future__ import annotations
 
