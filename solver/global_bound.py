@@ -38,6 +38,7 @@ import numpy as np
 
 from models.cpsat_model import class_data
 from models.highs import add_linked_columns, quiet_highs
+from solver.batch_bound import batch_bound, lift_seconds
 from models.instance import BucketGroups, Instance, Space, aligned, batch_classes, gen_ladder, limit_rhs, model_space
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,8 @@ class BoundResult:
     shape_use: dict = field(default_factory=dict, metadata={"description": "z of each candidate shape in the last LP "
                                                                              "solved to optimality"})
     cuts: int = field(default=0, metadata={"description": "cut rows (group, level) added (see GlobalBound.add_cuts)"})
+    batch_bound: float | None = field(default=None, metadata={
+        "description": "the whole-batch bound at the LP's last duals (solver/batch_bound.py), when it ran"})
 
 
 def floor_caps(gen: np.ndarray, max_caps: int) -> np.ndarray:
@@ -101,6 +104,7 @@ class BucketLP:
         ci, cj = self.ci, self.cj
         wc, wp, ws = (weights.get(k, 0.0) for k in ("cost", "pad_tokens", "sequential_time_ms"))
         oh = cfg.cost_model.batch_overhead_cost
+        self.overhead = oh
         self.member_weights = (wc, wp, ws)
         # members are charged at max(own gen, class cap): the batch's longest gen is at least both
         self.gg = keys % (int(req.gen.max()) + 1)                               # each group's own gen
@@ -110,6 +114,7 @@ class BucketLP:
         f = class_data(cfg, inst.costs, space, BucketGroups(name, self.fine, fine_counts, req.real_tokens, True),
                        limits, req)
         self.member_per, self.member_tok, self.member_lat = f.per_request, f.tokens.astype(np.float64), f.latency
+        self.member_cap = f.capacity                  # capacity of a batch at (level, fine gen): solver/batch_bound.py
         self.obj_scale = max(float(np.abs(wc * self.member_per + wp * self.member_tok).max()), 1.0)  # pricing tolerance
         self.obj_k = wc * oh + ws * d.latency[ci, cj]
         self.cap = d.capacity[ci, cj].astype(np.float64)
@@ -134,6 +139,7 @@ class BucketLP:
         self.written = np.zeros((len(self.n), C), dtype=bool)
         self.cut_of = np.full((len(self.n), len(space.levels)), -1, dtype=np.int64)   # row of cut (g, level), -1
         self.col_of = np.full((len(self.n), C), -1, dtype=np.int64)      # LP column of each written pair
+        self.link_of = np.full((len(self.n), C), -1, dtype=np.int64)     # its link row x[g, c] <= n_g y[c]
 
     @property
     def num_classes(self) -> int:
@@ -181,6 +187,10 @@ class GlobalBound:
         self.weights = weights
         self.buckets: list[BucketLP] = []
         self.seeded = False
+        # row duals of LPs no pair priced into (solver/batch_bound.py evaluates there): the first, before any cut,
+        # and the last (with the cuts' duals, once cuts are in)
+        self.first_priced_out: np.ndarray | None = None
+        self.last_priced_out: np.ndarray | None = None
         self._build(max_caps)
 
     # --- assembly ---------------------------------------------------------------------------
@@ -207,10 +217,11 @@ class GlobalBound:
             b.k = np.array([self._col(b.obj_k[c], 0, INF) for c in range(C)])
             b.demand = np.array([self._row(n, n, [], []) for n in b.n])
             b.capacity = np.array([self._row(-INF, 0, [b.k[c]], [-b.cap[c]]) for c in range(C)])
+            b.y_k, b.y_z = np.zeros(C, dtype=np.int64), np.zeros(C, dtype=np.int64)   # rows y <= k, y <= z per class
             for c in range(C):
-                self._row(-INF, 0, [b.y[c], b.k[c]], [1, -1])                   # y <= k
-                self._row(-INF, 0, np.r_[b.y[c], np.asarray(self.z)[b.covering[c]]],   # y <= z (covering)
-                          np.r_[1.0, -np.ones(len(b.covering[c]))])
+                b.y_k[c] = self._row(-INF, 0, [b.y[c], b.k[c]], [1, -1])
+                b.y_z[c] = self._row(-INF, 0, np.r_[b.y[c], np.asarray(self.z)[b.covering[c]]],   # covering shapes
+                                     np.r_[1.0, -np.ones(len(b.covering[c]))])
             b.limit_rows = {}
             for key, (_, per_k, rhs) in b.limits.items():
                 slack = self._col(PENALTY * self.reference / max(abs(rhs), 1.0), 0, INF)
@@ -232,7 +243,9 @@ class GlobalBound:
         rows.append(b.cut_of[gs, b.ci[cs]])
         vals.append(np.ones(len(gs)))
         upper = b.n[gs].astype(np.float64)
+        first_row = self.h.getNumRow()
         b.col_of[gs, cs] = add_linked_columns(self.h, obj / self.reference, upper, rows, vals, b.y[cs])
+        b.link_of[gs, cs] = np.arange(first_row, first_row + len(gs))        # its row x <= n_g y
 
     def add_cuts(self, b: BucketLP, x: np.ndarray, z: np.ndarray, most: int = 4000) -> int:
         """Rows sum over the classes c at level i of x[g, c] <= n_g * (z of the shapes covering i), for the pairs
@@ -317,6 +330,9 @@ class GlobalBound:
                 self.add_pairs(b, gs, cs)
                 added += len(gs)
             bound = max(bound, value + lagrange)
+            if added == 0:
+                self.last_priced_out = duals
+                self.first_priced_out = duals if self.first_priced_out is None else self.first_priced_out
             if added == 0 and cuts:
                 cut_rows = sum(self.add_cuts(b, x, z) for b in self.buckets)
             history.append((value, value + lagrange))
@@ -379,6 +395,20 @@ def with_cuts(before: BoundResult, after: BoundResult) -> BoundResult:
                        shape_use=after.shape_use or before.shape_use, cuts=after.cuts)
 
 
+def lift(model: GlobalBound, result: BoundResult, left_s: float) -> None:
+    """Raise an LP's bound to the whole-batch bound (solver/batch_bound.py) at the duals of its LPs no pair priced
+    into, when that is higher. Unconverged duals are not tried: measured, they give far less than the LP."""
+    duals = [d for d in (model.first_priced_out, model.last_priced_out) if d is not None]
+    if len(duals) == 2 and duals[0] is duals[1]:
+        duals = duals[:1]
+    tried = [b for b in (batch_bound(model, d, limit_s=left_s) for d in duals) if b is not None]
+    if not tried:
+        return
+    result.batch_bound = max(tried)
+    log.info("bound: whole batches at the LP's duals: %.6g (LP bound %.6g)", result.batch_bound, result.bound)
+    result.bound = max(result.bound, result.batch_bound)
+
+
 def cap_ladder(max_caps: int, context_mode: bool) -> list[int]:
     """Gen caps of each LP the bound solves in turn, coarse first. A coarse LP converges in seconds and its value
     is then a bound; a finer one is tighter but slower (default config, one core, seeded with dp's plan, to
@@ -416,10 +446,12 @@ def global_bound(inst: Instance, reference: float, time_limit_s: float, max_caps
                          runs[-1].time_s)
             break
         model = GlobalBound(inst, inst.cfg.objective.weight_map(), reference, caps)
-        result = model.run(left, progress=progress, plans=plans)
-        left = time_limit_s - (time.monotonic() - start)
+        reserve = lift_seconds(model)                  # the whole-batch bound's time, kept from the LP's
+        result = model.run(max(left - reserve, 0.0), progress=progress, plans=plans)
+        left = time_limit_s - reserve - (time.monotonic() - start)
         if result.converged and left > 0 and (k + 1 == len(ladder) or left < FINER_START * result.time_s):
             result = with_cuts(result, model.run(left, progress=progress, cuts=True))   # the last LP: cuts
+        lift(model, result, max(time_limit_s - (time.monotonic() - start), 3 * reserve))
         runs.append(result)
         log.info("bound: %d caps: %s %.6g in %.1fs", caps, "converged at" if result.converged else "stopped at",
                  result.bound, result.time_s)

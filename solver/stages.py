@@ -113,6 +113,7 @@ def lp_info(info: dict, lp) -> None:
     if lp is not None:
         info.update({"lp_bound": lp.bound, "lp_value": lp.lp_value, "lp_converged": lp.converged,
                      "lp_rounds": lp.rounds, "lp_pairs": lp.columns, "lp_cuts": lp.cuts, "lp_time_s": lp.time_s,
+                     "lp_batch_bound": lp.batch_bound,
                      "lp_ladder": [{"caps": c, "bound": b, "converged": v, "time_s": t} for c, b, v, t in lp.ladder]})
 
 

@@ -1,0 +1,160 @@
+"""A bound that sees whole batches at their exact shape and longest gen, from the pair LP's duals.
+
+Every valid plan is a set of batches (columns c: a shape i, a longest gen G, members) covering each request once,
+with a shape compiled (z[i] = 1) for every batch, sum z <= max_unique, and each limit a sum over batches. Take any
+duals of the pair LP's rows (solver/global_bound.py): pi[g] of the demand rows (free), y[k] <= 0 of the limit rows,
+w[g, i] <= 0 of the cut rows sum_c x[g, c at level i] <= n_g z[i] (read as: batches of shape i hold at most n_g
+members of group g when z[i] = 1, none otherwise). With rc(c) = cost(c) - sum_{members} (pi + w[., i]) - sum_k y_k
+a_k(c) and rc_z[i] = compile(i) + sum_g n_g w[g, i], every plan's objective is at least
+
+    sum_g n_g pi[g] + sum_k y_k rhs_k + (sum of the max_unique most negative rc_z) + sum_c rc(c),
+
+and since group g has n_g members, each in exactly one batch, sum_c rc(c) = sum_g sum_{c holding g} a_gc rc(c)/|c|
+>= sum_g n_g min over batches c holding a member of g of rc(c)/|c| (over every possible batch, not only the LP's).
+That minimum is exact and cheap: at (i, G) every member of an eligible group (level <= i, own gen <= G) adds the
+same amount but for its own -pi - w, so with the members sorted by what they add, a batch of k holding g is best
+made of g and the k - 1 cheapest others, and rc/k is unimodal in k. Batches are charged exactly (no gen ladder),
+which the pair LP's rounded-down caps are not, so at the same duals this bound can be above the LP's value.
+
+Measured (default config, 2 cores): at the duals of the converged 12-cap pair LP (8.606e11) it is 8.930e11,
+evaluated in about 2 s. On dp's five shapes and 1856 (a fixed set, for scale) the whole batch-column LP is about
+1.0414e12 against that set's 48-cap pair LP of 9.956e11: whole batches at exact gens are what the pair LP misses.
+Shape mode of spec section 4 only (member numbers depend on the shape and G alone); None elsewhere.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+WORK_LIMIT = 3e8          # most (level, gen, eligible group) triples evaluated (default config: 6e6, azure 6.7e7)
+
+
+def batch_bound(model, duals: np.ndarray, limit_s: float = 30.0) -> float | None:
+    """The bound above at `duals` (the pair LP's row duals in cost units), or None where it does not apply or
+    would take too long (work above WORK_LIMIT, or `limit_s` passed: a part of the minimum is no bound)."""
+    if model.space.context_mode or not model.inst.cfg.cost_model.section4:
+        return None
+    if sum(_work(b) for b in model.buckets) > WORK_LIMIT:
+        log.info("bound: the batch bound would take too long here (%.3g triples)", sum(_work(b) for b in model.buckets))
+        return None
+    start = time.monotonic()
+    wc = model.weights.get("cost", 0.0)
+    z_rc = wc * model.inst.costs.compile(model.shapes.astype(np.float64))
+    total = model.constant
+    for b in model.buckets:
+        pi = duals[b.demand]
+        y = {key: min(float(duals[row]), 0.0) for key, row in b.limit_rows.items()}
+        link = link_duals(b, duals)
+        total += float((b.n * pi).sum()) + sum(y[key] * b.limits[key][2] for key in y)
+        z_rc += (b.n[:, None] * link).sum(axis=0)
+        best = _best_ratios(b, pi, y, link, start, limit_s)
+        if best is None:
+            return None
+        total += float((b.n * best).sum())
+    return total + float(np.sort(np.minimum(z_rc, 0.0))[:model.inst.cfg.shapes.max_unique].sum())
+
+
+def lift_seconds(model) -> float:
+    """About how long the two evaluations global_bound makes take (measured: 1.3 s each on the default config, whose
+    32 levels x 276 and x 159 gens make 14,000 (level, gen) steps and 6e6 triples), 0 where the bound does not apply."""
+    if model.space.context_mode or not model.inst.cfg.cost_model.section4:
+        return 0.0
+    return 2 * sum(8e-5 * b.member_per.size + 5e-8 * _work(b) for b in model.buckets)
+
+
+def row_duals(duals: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Duals of `rows` (-1: no row; rows added after the last solve: 0)."""
+    ok = (rows >= 0) & (rows < len(duals))
+    return np.where(ok, duals[np.clip(rows, 0, len(duals) - 1)], 0.0)
+
+
+LINK_MODE = "sum"
+
+
+def link_duals(b, duals: np.ndarray) -> np.ndarray:
+    """w[g, level] <= 0: the cut row's dual plus the share of the pair rows x[g, c] <= n_g y[c] that the LP passes on
+    to the compile cost through y[c] <= z (the rest goes to the batch through y[c] <= k, which the batch pays itself).
+    Any values <= 0 keep the bound valid; these make it track the LP."""
+    w = row_duals(duals, b.cut_of)
+    gs, cs = np.nonzero(b.link_of >= 0)
+    alpha = row_duals(duals, b.link_of[gs, cs])
+    to_k, to_z = row_duals(duals, b.y_k[cs]), row_duals(duals, b.y_z[cs])
+    both = to_k + to_z
+    share = np.where(both < 0, alpha * to_z / np.where(both < 0, both, -1.0), 0.0)
+    pair = np.zeros_like(w)
+    if LINK_MODE == "min":
+        np.minimum.at(pair, (gs, b.ci[cs]), share)
+    else:
+        np.add.at(pair, (gs, b.ci[cs]), share)
+    return np.minimum(w + pair, 0.0)
+
+
+def _work(b) -> float:
+    return float(len(b.fine)) * sum(int((b.gi <= i).sum()) for i in range(b.member_per.shape[0]))
+
+
+def _batch_terms(b, y: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(what each member adds, what the batch adds) at every (level, fine gen), duals of the limits included."""
+    wc, wp, ws = b.member_weights
+    member = wc * b.member_per + wp * b.member_tok
+    batch = wc * b.overhead + ws * b.member_lat
+    for key, (term, _, _) in b.limits.items():
+        dual = y.get(key, 0.0)
+        if term == "latency":                          # sequential time: once per batch
+            batch = batch - dual * b.member_lat
+        elif term == "tokens":
+            member = member - dual * b.member_tok
+        elif term == "cost":
+            member, batch = member - dual * b.member_per, batch - dual * b.overhead
+        elif term is not None:                         # ("slow", threshold): members over a latency
+            member = member - dual * (b.member_lat > term[1])
+    return member, batch
+
+
+def _best_ratios(b, pi, y, link, start: float, limit_s: float) -> np.ndarray | None:
+    """Per group, the least rc(c)/|c| over every batch c holding one of its members."""
+    member, batch = _batch_terms(b, y)
+    best = np.full(len(b.n), np.inf)
+    for i in range(member.shape[0]):
+        groups = np.flatnonzero(b.gi <= i)
+        if len(groups) == 0:
+            continue
+        own = -pi[groups] - link[groups, i]
+        order = np.argsort(own, kind="stable")
+        groups, own = groups[order], own[order]
+        for j, G in enumerate(b.fine):
+            cap = int(b.member_cap[i, j])
+            keep = b.gg[groups] <= G
+            if cap <= 0 or not keep.any():
+                continue
+            ratio = _ratios(own[keep] + member[i, j], b.n[groups[keep]], batch[i, j], cap)
+            np.minimum.at(best, groups[keep], ratio)
+        if time.monotonic() - start > limit_s:
+            log.info("bound: the batch bound ran out of its %.0fs", limit_s)
+            return None
+    return best
+
+
+def _ratios(v: np.ndarray, n: np.ndarray, F: float, cap: int) -> np.ndarray:
+    """For groups sorted by v (what each member adds), n members each, a batch cost F plus the members' v and at
+    most cap members: per group, the least (F + sum of its members' v) / size over batches holding one of its
+    members. Such a batch of size k is g and the k - 1 cheapest others: the k cheapest when g's first member is
+    among them (its place p <= k), else those k - 1 and g; the mean is unimodal in k."""
+    before = np.r_[0, np.cumsum(n)[:-1]]
+    counts = np.minimum(n, np.maximum(cap - before, 0))
+    cheapest = np.repeat(v, counts)                  # the cap cheapest members, in order
+    K = len(cheapest)
+    P = np.r_[0.0, np.cumsum(cheapest)]
+    k = np.arange(1, K + 1)
+    head = (F + P[1:]) / k                            # the k cheapest
+    from_place = np.minimum.accumulate(head[::-1])[::-1]
+    place = before + 1
+    inside = np.where(place <= K, from_place[np.minimum(place, K) - 1], np.inf)
+    A = F + P[:-1]                                    # the k - 1 cheapest and F
+    turn = k * cheapest - A                           # (A_k + v)/k <= (A_k+1 + v)/(k+1) iff v <= turn[k]: best k
+    size = np.minimum(np.minimum(np.searchsorted(turn, v, side="left") + 1, K), place - 1)
+    outside = np.where(size >= 1, (A[np.maximum(size, 1) - 1] + v) / np.maximum(size, 1), np.inf)
+    return np.minimum(inside, outside)

@@ -1,0 +1,191 @@
+"""The whole-batch bound (solver/batch_bound.py): at any duals of the right signs it stays at or below brute force's
+optimum, it equals the formula recomputed over every batch enumerated from the requests, and its per-group
+minimum equals an enumeration of every batch holding the group."""
+import itertools
+
+import numpy as np
+import pytest
+
+from models.cost import allowed_over
+from models.instance import Instance
+from solver.batch_bound import _ratios, batch_bound
+from solver.global_bound import GlobalBound, global_bound
+from tests.brute import brute_force
+from tests.helpers import spec_batch
+from tests.test_models_alone import config
+
+LIMIT_CASES = [
+    ({}, 2),
+    ({"sequential_time_ms": 900}, 2),
+    ({"p95_latency_ms": 800}, 2),
+    ({"pad_ratio": 1.5}, 1),
+    ({"pad_tokens": 600}, 2),
+    ({"cost": 2.0e9}, 2),
+    ({"max_latency_ms": 900}, 2),
+]
+PROMPTS, GENS = [300, 20, 20, 130, 65, 250], [40, 2, 50, 3, 3, 5]
+
+
+def solved(tmp_path, limits, k, weights=None, caps=3, cuts=False, buckets=None):
+    sections = {"objective": {"weights": weights}} if weights else {}
+    cfg, reqs = config(tmp_path, buckets or {"a": (PROMPTS, GENS)}, {"a": limits}, k=k, **sections)
+    model = GlobalBound(Instance(cfg, reqs), cfg.objective.weight_map(), 1e9, max_caps=caps)
+    res = model.run(30, per_group=1, progress=False, cuts=cuts)
+    return cfg, reqs, model, res
+
+
+def random_duals(model, rng) -> np.ndarray:
+    """Any duals: demand rows free, every other row at or below zero (the bound clips those above)."""
+    y = model.last_priced_out * rng.uniform(0.0, 2.0, len(model.last_priced_out))
+    for b in model.buckets:
+        y[b.demand] = model.last_priced_out[b.demand] * rng.uniform(0.5, 1.5, len(b.n)) + rng.normal(0, 1e8, len(b.n))
+    return y
+
+
+@pytest.mark.parametrize("limits,k", LIMIT_CASES)
+def test_below_the_optimum_at_the_lp_duals_and_at_random_duals(tmp_path, limits, k):
+    cfg, reqs, model, res = solved(tmp_path, limits, k, cuts=True)
+    best = brute_force(cfg, reqs).objective
+    assert res.converged
+    assert batch_bound(model, model.last_priced_out) <= best * (1 + 1e-9)
+    assert batch_bound(model, model.first_priced_out) <= best * (1 + 1e-9)
+    rng = np.random.default_rng(len(limits) * 7 + k)
+    for _ in range(30):
+        assert batch_bound(model, random_duals(model, rng)) <= best * (1 + 1e-9)
+
+
+def test_below_the_optimum_on_two_buckets_sharing_shapes(tmp_path):
+    cfg, reqs, model, res = solved(tmp_path, {"sequential_time_ms": 1200}, 2, caps=2, cuts=True,
+                                   buckets={"a": ([40, 100, 130], [10, 12, 30]), "b": ([60, 250, 190], [10, 5, 40])})
+    best = brute_force(cfg, reqs).objective
+    rng = np.random.default_rng(3)
+    for y in [model.last_priced_out] + [random_duals(model, rng) for _ in range(30)]:
+        assert batch_bound(model, y) <= best * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("weights", [{"cost": 1.0, "pad_tokens": 2.0e5}, {"cost": 1.0, "sequential_time_ms": 3.0e6}])
+def test_below_the_optimum_under_objective_weights(tmp_path, weights):
+    cfg, reqs, model, res = solved(tmp_path, {"sequential_time_ms": 900}, 2, weights=weights)
+    best = brute_force(cfg, reqs).objective
+    rng = np.random.default_rng(5)
+    for y in [model.last_priced_out] + [random_duals(model, rng) for _ in range(20)]:
+        assert batch_bound(model, y) <= best * (1 + 1e-9)
+
+
+def test_lifts_the_rounded_down_lp_where_whole_batches_cost_more(tmp_path):
+    """One cap rounds every gen down to the shortest: the LP charges a shared batch's overhead and latency there,
+    whole batches at their longest gen cost more, and a binding sequential-time limit makes batches shared."""
+    cfg, reqs, model, res = solved(tmp_path, {"sequential_time_ms": 900}, 2, caps=1)
+    best = brute_force(cfg, reqs).objective
+    lifted = batch_bound(model, model.last_priced_out)
+    assert res.converged and res.bound < lifted <= best * (1 + 1e-9)
+
+
+def test_global_bound_takes_the_higher_of_the_two(tmp_path):
+    cfg, reqs = config(tmp_path, {"a": (PROMPTS, GENS)}, {"a": {"sequential_time_ms": 900}}, k=2)
+    res = global_bound(Instance(cfg, reqs), 1e9, 30, max_caps=1, progress=False)
+    assert res.batch_bound is not None and res.bound == max(res.batch_bound, res.lp_value)
+
+
+# --- the formula, recomputed over every batch of the requests --------------------------------------------
+
+def enumerated_bound(cfg, reqs, model, y) -> float:
+    """Spec-level recomputation: every batch (shape, members) of at most max_batch_size requests of a bucket at a
+    shape holding them, its cost, latency and pad from tests.helpers.spec_batch; rows as the bound reads them (pad:
+    shape + longest gen per member against the budget plus the real tokens; p95/p99: members over the limit)."""
+    cm, weights = cfg.cost_model, cfg.objective.weight_map()
+    wc, wp, ws = (weights.get(k, 0.0) for k in ("cost", "pad_tokens", "sequential_time_ms"))
+    shapes = model.shapes
+    z_rc = wc * np.array([cm.compile_cost[0] + cm.compile_cost[1] * s + cm.compile_cost[2] * s * s for s in shapes])
+    total = 0.0
+    for b, bucket in zip(model.buckets, cfg.buckets):
+        req, limits = reqs[bucket.name], dict(bucket.limits.items())
+        pi = y[b.demand][b.request_group]
+        dual = {key: min(float(y[row]), 0.0) for key, row in b.limit_rows.items()}
+        real = int(req.prompt.sum() + req.gen.sum())
+        budgets = [limits[k] for k in ("pad_tokens",) if k in limits] + \
+                  ([limits["pad_ratio"] * real] if "pad_ratio" in limits else [])
+        rhs = {"sequential_time_ms": limits.get("sequential_time_ms"), "cost": limits.get("cost"),
+               "pad": np.floor(min(budgets) + 1e-9) + real if budgets else None}
+        for key, pct in (("p95_latency_ms", 95), ("p99_latency_ms", 99)):
+            if key in limits:
+                rhs[key] = allowed_over(len(req.gen), pct)
+        total += float(pi.sum()) + sum(dual[k] * rhs[k] for k in dual)
+        total += wp * -real                                   # the pad objective counts shape + gen less the real
+        link = np.zeros((len(b.n), len(shapes)))
+        for g, i in zip(*np.nonzero((b.cut_of >= 0) & (b.cut_of < len(y)))):
+            link[g, i] += y[b.cut_of[g, i]]
+        for g, c in zip(*np.nonzero((b.link_of >= 0) & (b.link_of < len(y)))):   # a pair row's share sent to z
+            alpha, to_k, to_z = y[b.link_of[g, c]], y[b.y_k[c]], y[b.y_z[c]]
+            if to_k + to_z < 0:
+                link[g, b.ci[c]] += alpha * to_z / (to_k + to_z)
+        link = np.minimum(link, 0.0)
+        z_rc += (b.n[:, None] * link).sum(axis=0)
+        best = np.full(len(req.gen), np.inf)
+        for size in range(1, cfg.batching.max_batch_size + 1):
+            for members in itertools.combinations(range(len(req.gen)), size):
+                for i, s in enumerate(shapes):
+                    if any(req.fit[m] > s for m in members):
+                        continue
+                    pairs = [(int(req.prompt[m]), int(req.gen[m])) for m in members]
+                    cost, lats, _ = spec_batch(cfg, int(s), pairs)
+                    G = max(g for _, g in pairs)
+                    if limits.get("max_latency_ms") is not None and max(lats) > limits["max_latency_ms"]:
+                        continue
+                    if cfg.batching.max_batch_tokens and size * (s + G) > cfg.batching.max_batch_tokens:
+                        continue
+                    tokens = size * (s + G)
+                    rc = wc * cost + wp * tokens + ws * max(lats)
+                    rc -= sum(pi[m] + link[b.request_group[m], i] for m in members)
+                    rc -= dual.get("sequential_time_ms", 0.0) * max(lats) + dual.get("pad", 0.0) * tokens
+                    rc -= dual.get("cost", 0.0) * cost
+                    for key in ("p95_latency_ms", "p99_latency_ms"):
+                        rc -= dual.get(key, 0.0) * sum(lat > limits[key] for lat in lats) if key in dual else 0.0
+                    for m in members:
+                        best[m] = min(best[m], rc / size)
+        total += float(best.sum())
+    return total + float(np.sort(np.minimum(z_rc, 0.0))[:cfg.shapes.max_unique].sum())
+
+
+@pytest.mark.parametrize("limits,k", LIMIT_CASES)
+def test_equals_the_formula_over_every_enumerated_batch(tmp_path, limits, k):
+    cfg, reqs, model, res = solved(tmp_path, limits, k, cuts=True)
+    rng = np.random.default_rng(11 + k)
+    for y in [model.last_priced_out, model.first_priced_out] + [random_duals(model, rng) for _ in range(3)]:
+        assert batch_bound(model, y) == pytest.approx(enumerated_bound(cfg, reqs, model, y), rel=1e-9, abs=1e-3)
+
+
+@pytest.mark.parametrize("weights", [{"cost": 1.0, "pad_tokens": 2.0e5}, {"cost": 1.0, "sequential_time_ms": 3.0e6}])
+def test_equals_the_formula_under_objective_weights(tmp_path, weights):
+    cfg, reqs, model, res = solved(tmp_path, {"sequential_time_ms": 900, "pad_ratio": 1.5}, 2, weights=weights)
+    rng = np.random.default_rng(2)
+    for y in [model.last_priced_out] + [random_duals(model, rng) for _ in range(3)]:
+        assert batch_bound(model, y) == pytest.approx(enumerated_bound(cfg, reqs, model, y), rel=1e-9, abs=1e-3)
+
+
+# --- the per-group minimum ------------------------------------------------------------------------------
+
+def enumerated_ratios(v, n, F, cap):
+    """Per group, the least (F + sum of member values) / size over every multiset of members (at most n of each
+    group, at most cap in all) holding one member of that group."""
+    best = np.full(len(v), np.inf)
+    for counts in itertools.product(*[range(c + 1) for c in n]):
+        size = sum(counts)
+        if not 1 <= size <= cap:
+            continue
+        mean = (F + sum(c * x for c, x in zip(counts, v))) / size
+        for g, c in enumerate(counts):
+            if c:
+                best[g] = min(best[g], mean)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_ratios_equal_an_enumeration(seed):
+    rng = np.random.default_rng(seed)
+    groups = int(rng.integers(1, 6))
+    v = np.sort(rng.normal(0, 3, groups) if seed % 2 else rng.integers(-4, 5, groups).astype(float))
+    n = rng.integers(1, 4, groups)
+    F = float(rng.choice([0.0, 0.5, 2.0, 10.0, -1.0]))
+    cap = int(rng.integers(1, 7))
+    assert _ratios(v, n, F, cap) == pytest.approx(enumerated_ratios(v, n, F, cap), rel=1e-12, abs=1e-12)
