@@ -34,11 +34,18 @@ def solved(tmp_path, limits, k, weights=None, caps=3, cuts=False, buckets=None):
     return cfg, reqs, model, res
 
 
+NOISE = {"sequential_time_ms": 1e6, "pad": 1e5, "p95_latency_ms": 1e8, "p99_latency_ms": 1e8, "cost": 0.3}
+
+
 def random_duals(model, rng) -> np.ndarray:
-    """Any duals: demand rows free, every other row at or below zero (the bound clips those above)."""
+    """Any duals: demand rows free; limit rows mostly below zero, a fifth above (the bound reads those as 0); the
+    rest scaled from the LP's (cut and pair rows, y <= k, y <= z), a few turned above zero."""
     y = model.last_priced_out * rng.uniform(0.0, 2.0, len(model.last_priced_out))
+    y[rng.random(len(y)) < 0.05] *= -1.0
     for b in model.buckets:
         y[b.demand] = model.last_priced_out[b.demand] * rng.uniform(0.5, 1.5, len(b.n)) + rng.normal(0, 1e8, len(b.n))
+        for key, row in b.limit_rows.items():
+            y[row] = rng.exponential(NOISE[key]) * (1.0 if rng.random() < 0.2 else -1.0)
     return y
 
 
@@ -63,7 +70,11 @@ def test_below_the_optimum_on_two_buckets_sharing_shapes(tmp_path):
         assert batch_bound(model, y) <= best * (1 + 1e-9)
 
 
-@pytest.mark.parametrize("weights", [{"cost": 1.0, "pad_tokens": 2.0e5}, {"cost": 1.0, "sequential_time_ms": 3.0e6}])
+WEIGHTS = [{"cost": 1.0, "pad_tokens": 2.0e5}, {"cost": 1.0, "sequential_time_ms": 3.0e6}, {"sequential_time_ms": 1.0},
+           {"pad_tokens": 1.0}]
+
+
+@pytest.mark.parametrize("weights", WEIGHTS)
 def test_below_the_optimum_under_objective_weights(tmp_path, weights):
     cfg, reqs, model, res = solved(tmp_path, {"sequential_time_ms": 900}, 2, weights=weights)
     best = brute_force(cfg, reqs).objective
@@ -116,7 +127,7 @@ def enumerated_bound(cfg, reqs, model, y) -> float:
         for g, i in zip(*np.nonzero((b.cut_of >= 0) & (b.cut_of < len(y)))):
             link[g, i] += y[b.cut_of[g, i]]
         for g, c in zip(*np.nonzero((b.link_of >= 0) & (b.link_of < len(y)))):   # a pair row's share sent to z
-            alpha, to_k, to_z = y[b.link_of[g, c]], y[b.y_k[c]], y[b.y_z[c]]
+            alpha, to_k, to_z = (min(y[row], 0.0) for row in (b.link_of[g, c], b.y_k[c], b.y_z[c]))
             if to_k + to_z < 0:
                 link[g, b.ci[c]] += alpha * to_z / (to_k + to_z)
         link = np.minimum(link, 0.0)
@@ -155,12 +166,58 @@ def test_equals_the_formula_over_every_enumerated_batch(tmp_path, limits, k):
         assert batch_bound(model, y) == pytest.approx(enumerated_bound(cfg, reqs, model, y), rel=1e-9, abs=1e-3)
 
 
-@pytest.mark.parametrize("weights", [{"cost": 1.0, "pad_tokens": 2.0e5}, {"cost": 1.0, "sequential_time_ms": 3.0e6}])
+@pytest.mark.parametrize("weights", WEIGHTS)
 def test_equals_the_formula_under_objective_weights(tmp_path, weights):
     cfg, reqs, model, res = solved(tmp_path, {"sequential_time_ms": 900, "pad_ratio": 1.5}, 2, weights=weights)
     rng = np.random.default_rng(2)
     for y in [model.last_priced_out] + [random_duals(model, rng) for _ in range(3)]:
         assert batch_bound(model, y) == pytest.approx(enumerated_bound(cfg, reqs, model, y), rel=1e-9, abs=1e-3)
+
+
+SHORT_GEN_LONG_PROMPT = {"a": ([40, 300, 130], [30, 2, 12]), "b": ([60, 250, 190], [10, 5, 40])}
+
+
+@pytest.mark.parametrize("limits,tokens", [({"sequential_time_ms": 1200}, None), ({}, 700),
+                                           ({"max_latency_ms": 700}, None)])
+def test_equals_the_formula_on_two_buckets(tmp_path, limits, tokens):
+    """One request alone at the smallest shape, the shortest gen at the longest prompt (levels whose shortest gens
+    hold no one), batches of one (a token cap of 700) or none (a latency cap) at some (shape, gen)."""
+    cfg, reqs = config(tmp_path, SHORT_GEN_LONG_PROMPT, {"a": limits, "b": limits}, k=2, tokens=tokens)
+    model = GlobalBound(Instance(cfg, reqs), cfg.objective.weight_map(), 1e9, max_caps=2)
+    assert model.run(30, per_group=1, progress=False, cuts=True).converged
+    rng = np.random.default_rng(9)
+    for y in [model.last_priced_out] + [random_duals(model, rng) for _ in range(3)]:
+        assert batch_bound(model, y) == pytest.approx(enumerated_bound(cfg, reqs, model, y), rel=1e-9, abs=1e-3)
+
+
+def test_rows_added_after_the_last_solve_count_zero(tmp_path):
+    cfg, reqs, model, res = solved(tmp_path, {"sequential_time_ms": 900}, 2, cuts=True)
+    y = model.last_priced_out
+    for cut in (1, 3, 10):
+        short = y[:len(y) - cut]
+        assert batch_bound(model, short) == pytest.approx(enumerated_bound(cfg, reqs, model, short), rel=1e-9, abs=1e-3)
+
+
+def test_not_applied_outside_shape_mode_of_section_4_nor_above_the_work_limit(tmp_path, monkeypatch):
+    from solver import batch_bound as module
+    from tests.test_models_alone import REQUEST_SEMANTICS
+
+    context = {"cost_model": dict(REQUEST_SEMANTICS["cost_model"], decode_context="batch")}
+    for name, sections in (("r", REQUEST_SEMANTICS), ("c", context)):
+        cfg, reqs = config(tmp_path / name, {"a": (PROMPTS, GENS)}, {"a": {}}, k=2, **sections)
+        model = GlobalBound(Instance(cfg, reqs), cfg.objective.weight_map(), 1e9, max_caps=2)
+        model.run(30, progress=False)
+        assert batch_bound(model, model.last_priced_out) is None and module.lift_seconds(model) == 0.0
+    cfg, reqs, model, res = solved(tmp_path / "s", {}, 2)
+    assert module.lift_seconds(model) > 0.0
+    # the work: every (level, gen of the fine ladder) times the groups at or below that level
+    work = sum(len(b.fine) * sum(int((b.gi <= i).sum()) for i in range(len(model.shapes))) for b in model.buckets)
+    monkeypatch.setattr(module, "WORK_LIMIT", work)
+    assert batch_bound(model, model.last_priced_out) is not None
+    monkeypatch.setattr(module, "WORK_LIMIT", work - 1)
+    assert batch_bound(model, model.last_priced_out) is None
+    monkeypatch.setattr(module, "WORK_LIMIT", 1e12)
+    assert batch_bound(model, model.last_priced_out, limit_s=-1.0) is None      # out of time: no bound
 
 
 # --- the per-group minimum ------------------------------------------------------------------------------
