@@ -177,12 +177,17 @@ def test_equals_the_formula_under_objective_weights(tmp_path, weights):
 SHORT_GEN_LONG_PROMPT = {"a": ([40, 300, 130], [30, 2, 12]), "b": ([60, 250, 190], [10, 5, 40])}
 
 
-@pytest.mark.parametrize("limits,tokens", [({"sequential_time_ms": 1200}, None), ({}, 700),
-                                           ({"max_latency_ms": 700}, None)])
-def test_equals_the_formula_on_two_buckets(tmp_path, limits, tokens):
+LAT = ([150, 100, 700, 100, 150], [26, 22, 4, 2, 34])       # tests.test_models_alone: max latency 602 ms unconstrained
+
+
+@pytest.mark.parametrize("buckets,limits,tokens,batch", [
+    (SHORT_GEN_LONG_PROMPT, {"sequential_time_ms": 1200}, None, 3), (SHORT_GEN_LONG_PROMPT, {}, 700, 3),
+    (SHORT_GEN_LONG_PROMPT, {"sequential_time_ms": 1200}, None, 1), ({"a": LAT, "b": LAT}, {"max_latency_ms": 560}, None, 3)])
+def test_equals_the_formula_on_two_buckets(tmp_path, buckets, limits, tokens, batch):
     """One request alone at the smallest shape, the shortest gen at the longest prompt (levels whose shortest gens
-    hold no one), batches of one (a token cap of 700) or none (a latency cap) at some (shape, gen)."""
-    cfg, reqs = config(tmp_path, SHORT_GEN_LONG_PROMPT, {"a": limits, "b": limits}, k=2, tokens=tokens)
+    hold no one), batches of one (a token cap of 700, or max_batch_size 1) or none (a latency cap) at some (shape,
+    gen)."""
+    cfg, reqs = config(tmp_path, buckets, {"a": limits, "b": limits}, k=2, tokens=tokens, batch=batch)
     model = GlobalBound(Instance(cfg, reqs), cfg.objective.weight_map(), 1e9, max_caps=2)
     assert model.run(30, per_group=1, progress=False, cuts=True).converged
     rng = np.random.default_rng(9)
@@ -208,8 +213,8 @@ def test_not_applied_outside_shape_mode_of_section_4_nor_above_the_work_limit(tm
         model = GlobalBound(Instance(cfg, reqs), cfg.objective.weight_map(), 1e9, max_caps=2)
         model.run(30, progress=False)
         assert batch_bound(model, model.last_priced_out) is None and module.lift_seconds(model) == 0.0
-    cfg, reqs, model, res = solved(tmp_path / "s", {}, 2)
-    assert module.lift_seconds(model) > 0.0
+    cfg, reqs, model, res = solved(tmp_path / "s", {}, 2, buckets={"a": (PROMPTS, [40, 2, 50, 3, 7, 5])})
+    assert module.lift_seconds(model) > 0.0 and len(model.buckets[0].fine) != len(model.shapes)
     # the work: every (level, gen of the fine ladder) times the groups at or below that level
     work = sum(len(b.fine) * sum(int((b.gi <= i).sum()) for i in range(len(model.shapes))) for b in model.buckets)
     monkeypatch.setattr(module, "WORK_LIMIT", work)
