@@ -3,8 +3,8 @@
 Every valid plan is a set of batches (columns c: a shape i, a longest gen G, members) covering each request once,
 with a shape compiled (z[i] = 1) for every batch, sum z <= max_unique, and each limit a sum over batches. Take any
 duals of the pair LP's rows (solver/global_bound.py): pi[g] of the demand rows (free), y[k] <= 0 of the limit rows,
-w[g, i] <= 0 of the cut rows sum_c x[g, c at level i] <= n_g z[i] (read as: batches of shape i hold at most n_g
-members of group g when z[i] = 1, none otherwise). With rc(c) = cost(c) - sum_{members} (pi + w[., i]) - sum_k y_k
+and w[g, i] <= 0 for the rows "batches of shape i hold at most n_g members of group g when z[i] = 1, none
+otherwise" (the LP's cut rows sum_c x[g, c at level i] <= n_g z[i], plus what its pair rows pass on to z: link_duals). With rc(c) = cost(c) - sum_{members} (pi + w[., i]) - sum_k y_k
 a_k(c) and rc_z[i] = compile(i) + sum_g n_g w[g, i], every plan's objective is at least
 
     sum_g n_g pi[g] + sum_k y_k rhs_k + (sum of the max_unique most negative rc_z) + sum_c rc(c),
@@ -16,8 +16,8 @@ same amount but for its own -pi - w, so with the members sorted by what they add
 made of g and the k - 1 cheapest others, and rc/k is unimodal in k. Batches are charged exactly (no gen ladder),
 which the pair LP's rounded-down caps are not, so at the same duals this bound can be above the LP's value.
 
-Measured (default config, 2 cores): at the duals of the converged 12-cap pair LP (8.606e11) it is 8.930e11,
-evaluated in about 2 s. On dp's five shapes and 1856 (a fixed set, for scale) the whole batch-column LP is about
+Measured (default config, 2 cores): at the duals of the converged 12-cap pair LP (8.606e11) it is 9.385e11 (8.930e11
+with the cut duals alone as w), evaluated in about 1.3 s; at the 48-cap LP's after its cuts (9.703e11), 9.901e11. On dp's five shapes and 1856 (a fixed set, for scale) the whole batch-column LP is about
 1.0414e12 against that set's 48-cap pair LP of 9.956e11: whole batches at exact gens are what the pair LP misses.
 Shape mode of spec section 4 only (member numbers depend on the shape and G alone); None elsewhere.
 """
