@@ -10,19 +10,12 @@ from models.cost import allowed_over
 from models.instance import Instance
 from solver.batch_bound import _ratios, batch_bound
 from solver.global_bound import GlobalBound, global_bound
+from tests.test_global_bound import CASES
 from tests.brute import brute_force
 from tests.helpers import spec_batch
 from tests.test_models_alone import config
 
-LIMIT_CASES = [
-    ({}, 2),
-    ({"sequential_time_ms": 900}, 2),
-    ({"p95_latency_ms": 800}, 2),
-    ({"pad_ratio": 1.5}, 1),
-    ({"pad_tokens": 600}, 2),
-    ({"cost": 2.0e9}, 2),
-    ({"max_latency_ms": 900}, 2),
-]
+LIMIT_CASES = CASES + [({"pad_tokens": 600}, 2), ({"max_latency_ms": 900}, 2)]   # every limit kind
 PROMPTS, GENS = [300, 20, 20, 130, 65, 250], [40, 2, 50, 3, 3, 5]
 
 
