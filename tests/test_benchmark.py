@@ -125,3 +125,16 @@ def test_long_runs_only_with_their_suite_entry(tmp_path, monkeypatch):
     calls.clear()
     benchmark.run_suite(benchmark.parse_args(["--only", "default", "--long-time-limit", "7", "--out", str(tmp_path)]))
     assert calls == [("default.yaml", "all", 60.0), ("default.yaml", "cpsat", 7.0)]
+
+
+def test_an_entry_runs_under_the_stop_guard_so_an_early_cpsat_end_is_not_a_ctrl_c(tmp_path, monkeypatch, capsys):
+    from solver import stop
+    seen = []
+
+    def entry(config, methods, time_limit, out):
+        seen.append(stop.S.installed)
+        return {}
+
+    monkeypatch.setattr(benchmark, "run_entry", entry)
+    assert main(["--child", "configs/default.yaml", "--out", str(tmp_path)]) == 0
+    assert seen == [True] and not stop.S.installed

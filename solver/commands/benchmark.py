@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from solver import stop
+
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = {
     "default": "configs/default.yaml",
@@ -425,7 +427,11 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.child:
         logging.basicConfig(level=logging.WARNING)
-        print(json.dumps(run_entry(args.child, args.methods, args.time_limit, args.out)))
+        stop.install()          # as the solve command: CP-SAT ending early on its own is then no Ctrl-C
+        try:
+            print(json.dumps(run_entry(args.child, args.methods, args.time_limit, args.out)))
+        finally:
+            stop.uninstall()
         return 0
     if args.ray or args.ray_cluster:
         table = run_ray(args)
