@@ -30,39 +30,103 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 WORK_LIMIT = 3e8          # most (level, gen, eligible group) triples evaluated (default config: 6e6, azure 6.7e7)
+ASCENT_STEPS = 4          # supergradient steps on the limit duals after the LP's (see ascend)
 
 
 def batch_bound(model, duals: np.ndarray, limit_s: float = 30.0) -> float | None:
     """The bound above at `duals` (the pair LP's row duals in cost units), or None where it does not apply or
     would take too long (work above WORK_LIMIT, or `limit_s` passed: a part of the minimum is no bound)."""
-    if model.space.context_mode or not model.inst.cfg.cost_model.section4:
+    if not applies(model):
         return None
+    found = _evaluate(model, multipliers(model, duals), time.monotonic(), limit_s)
+    return None if found is None else found[0]
+
+
+def applies(model) -> bool:
+    if model.space.context_mode or not model.inst.cfg.cost_model.section4:
+        return False
     if sum(_work(b) for b in model.buckets) > WORK_LIMIT:
         log.info("bound: the batch bound would take too long here (%.3g triples)", sum(_work(b) for b in model.buckets))
+        return False
+    return True
+
+
+def multipliers(model, duals: np.ndarray) -> list[tuple]:
+    """Per bucket (pi, link duals w, limit duals y <= 0) read from the LP's row duals."""
+    return [(duals[b.demand], link_duals(b, duals), {key: min(float(duals[row]), 0.0) for key, row in b.limit_rows.items()})
+            for b in model.buckets]
+
+
+def ascend(model, starts: list[np.ndarray], target: float, limit_s: float, steps: int = ASCENT_STEPS) -> float | None:
+    """The bound at the best of the duals `starts`, raised by projected supergradient steps on the limit duals y
+    alone (the bound is concave in them; pi and w stay the LP's): each step y <- min(y + t g, 0), t = lam (target -
+    bound) / |g|^2 over the coordinates that move, lam halved after a step that loses. The best value met (every one
+    is a bound), or None where the bound does not apply or the time ran out before a first value."""
+    if not applies(model):
         return None
-    start = time.monotonic()
+    begin = time.monotonic()
+    tried = [(found, mult) for mult in (multipliers(model, d) for d in starts)
+             if (found := _evaluate(model, mult, begin, limit_s)) is not None]
+    if not tried:
+        return None
+    (best, grads), mult = max(tried, key=lambda t: t[0][0])
+    first, lam = best, 1.0
+    for _ in range(steps):
+        moving = [{key: g for key, g in grad.items() if g < 0 or y[key] < 0} for (_, _, y), grad in zip(mult, grads)]
+        norm = sum(g * g for grad in moving for g in grad.values())
+        if norm == 0 or target <= best:
+            break
+        t = lam * (target - best) / norm
+        trial = [(pi, w, {key: min(y[key] + t * grad.get(key, 0.0), 0.0) for key in y})
+                 for (pi, w, y), grad in zip(mult, moving)]
+        found = _evaluate(model, trial, begin, limit_s)
+        if found is None:
+            break
+        if found[0] > best:
+            (best, grads), mult = found, trial
+        else:
+            lam /= 2
+    log.info("bound: whole batches at the LP's duals %.6g, the limit duals ascended %.6g", first, best)
+    return best
+
+
+def _evaluate(model, mult: list[tuple], start: float, limit_s: float) -> tuple[float, list[dict]] | None:
+    """(the bound at these multipliers, per bucket its supergradient in each limit dual: rhs - the limit's use
+    by the batches the minimum picks, each counted per member), or None when out of time."""
     wc = model.weights.get("cost", 0.0)
     z_rc = wc * model.inst.costs.compile(model.shapes.astype(np.float64))
-    total = model.constant
-    for b in model.buckets:
-        pi = duals[b.demand]
-        y = {key: min(float(duals[row]), 0.0) for key, row in b.limit_rows.items()}
-        link = link_duals(b, duals)
+    total, grads = model.constant, []
+    for b, (pi, link, y) in zip(model.buckets, mult):
         total += float((b.n * pi).sum()) + sum(y[key] * b.limits[key][2] for key in y)
-        z_rc += (b.n[:, None] * link).sum(axis=0)
-        best = _best_ratios(b, pi, y, link, start, limit_s)
-        if best is None:
+        z_rc = z_rc + (b.n[:, None] * link).sum(axis=0)
+        found = _best_ratios(b, pi, y, link, start, limit_s)
+        if found is None:
             return None
+        best, i, j, size = found
         total += float((b.n * best).sum())
-    return total + float(np.sort(np.minimum(z_rc, 0.0))[:model.inst.cfg.shapes.max_unique].sum())
+        grads.append({key: b.limits[key][2] - float((b.n * per_member(b, key, i, j, size)).sum()) for key in y})
+    return total + float(np.sort(np.minimum(z_rc, 0.0))[:model.inst.cfg.shapes.max_unique].sum()), grads
 
 
-def lift_seconds(model) -> float:
-    """About how long the two evaluations global_bound makes take (measured: 1.3 s each on the default config, whose
-    32 levels x 276 and x 159 gens make 14,000 (level, gen) steps and 6e6 triples), 0 where the bound does not apply."""
+def per_member(b, key: str, i: np.ndarray, j: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """What limit `key` counts per member of a batch at (level i, fine gen j) of `size` members."""
+    term = b.limits[key][0]
+    if term == "latency":                          # sequential time: the batch's latency, once per batch
+        return b.member_lat[i, j] / size
+    if term == "tokens":
+        return b.member_tok[i, j]
+    if term == "cost":
+        return b.member_per[i, j] + b.overhead / size
+    return (b.member_lat[i, j] > term[1]).astype(np.float64)       # ("slow", threshold): members over a latency
+
+
+def lift_seconds(model, evaluations: int = 2) -> float:
+    """About how long `evaluations` of the bound take (global_bound: two starts, then ASCENT_STEPS steps; measured:
+    1.3 s each on the default config, whose 32 levels x 276 and x 159 gens make 14,000 (level, gen) steps and 6e6
+    triples), 0 where the bound does not apply."""
     if model.space.context_mode or not model.inst.cfg.cost_model.section4:
         return 0.0
-    return 2 * sum(8e-5 * b.member_per.size + 5e-8 * _work(b) for b in model.buckets)
+    return evaluations * sum(8e-5 * b.member_per.size + 5e-8 * _work(b) for b in model.buckets)
 
 
 def row_duals(duals: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -110,10 +174,12 @@ def _batch_terms(b, y: dict) -> tuple[np.ndarray, np.ndarray]:
     return member, batch
 
 
-def _best_ratios(b, pi, y, link, start: float, limit_s: float) -> np.ndarray | None:
-    """Per group, the least rc(c)/|c| over every batch c holding one of its members."""
+def _best_ratios(b, pi, y, link, start: float, limit_s: float) -> tuple | None:
+    """Per group, the least rc(c)/|c| over every batch c holding one of its members, and that batch's (level,
+    fine gen, size)."""
     member, batch = _batch_terms(b, y)
     best = np.full(len(b.n), np.inf)
+    at_i, at_j, size = (np.zeros(len(b.n), dtype=np.int64) for _ in range(3))
     for i in range(member.shape[0]):
         groups = np.flatnonzero(b.gi <= i)
         if len(groups) == 0:
@@ -126,31 +192,35 @@ def _best_ratios(b, pi, y, link, start: float, limit_s: float) -> np.ndarray | N
             keep = b.gg[groups] <= G
             if cap <= 0 or not keep.any():
                 continue
-            ratio = _ratios(own[keep] + member[i, j], b.n[groups[keep]], batch[i, j], cap)
-            np.minimum.at(best, groups[keep], ratio)
+            ratio, k = _ratios(own[keep] + member[i, j], b.n[groups[keep]], batch[i, j], cap)
+            at = groups[keep]
+            better = ratio < best[at]
+            at = at[better]
+            best[at], at_i[at], at_j[at], size[at] = ratio[better], i, j, k[better]
         if time.monotonic() - start > limit_s:
             log.info("bound: the batch bound ran out of its %.0fs", limit_s)
             return None
-    return best
+    return best, at_i, at_j, np.maximum(size, 1)
 
 
-def _ratios(v: np.ndarray, n: np.ndarray, F: float, cap: int) -> np.ndarray:
+def _ratios(v: np.ndarray, n: np.ndarray, F: float, cap: int) -> tuple[np.ndarray, np.ndarray]:
     """For groups sorted by v (what each member adds), n members each, a batch cost F plus the members' v and at
     most cap members: per group, the least (F + sum of its members' v) / size over batches holding one of its
-    members. Such a batch of size k is g and the k - 1 cheapest others: the k cheapest when g's first member is
+    members, and that batch's size. Such a batch of size k is g and the k - 1 cheapest others: the k cheapest when g's first member is
     among them (its place p <= k), else those k - 1 and g; the mean is unimodal in k."""
-    before = np.r_[0, np.cumsum(n)[:-1]]
+    before = np.cumsum(n) - n                         # members ahead of each group's first (its place - 1)
     counts = np.minimum(n, np.maximum(cap - before, 0))
     cheapest = np.repeat(v, counts)                  # the cap cheapest members, in order
     K = len(cheapest)
-    P = np.r_[0.0, np.cumsum(cheapest)]
+    P = np.cumsum(cheapest)
     k = np.arange(1, K + 1)
-    head = (F + P[1:]) / k                            # the k cheapest
-    from_place = np.minimum.accumulate(head[::-1])[::-1]
-    place = before + 1
-    inside = np.where(place <= K, from_place[np.minimum(place, K) - 1], np.inf)
-    A = F + P[:-1]                                    # the k - 1 cheapest and F
+    back = ((F + P) / k)[::-1]                        # the mean of the k cheapest, k = K - t at t
+    low = np.minimum.accumulate(back)                 # its least over k >= K - t ...
+    low_at = np.maximum.accumulate(np.where(back == low, np.arange(K), 0))   # ... and the t where it is met
+    at = K - 1 - np.minimum(before, K - 1)
+    inside = np.where(before < K, low[at], np.inf)   # the k cheapest, k at least g's place
+    A = F + P - cheapest                              # the k - 1 cheapest and F
     turn = k * cheapest - A                           # (A_k + v)/k <= (A_k+1 + v)/(k+1) iff v <= turn[k]: best k
-    size = np.minimum(np.minimum(np.searchsorted(turn, v, side="left") + 1, K), place - 1)
+    size = np.minimum(np.minimum(np.searchsorted(turn, v, side="left") + 1, K), before)
     outside = np.where(size >= 1, (A[np.maximum(size, 1) - 1] + v) / np.maximum(size, 1), np.inf)
-    return np.minimum(inside, outside)
+    return np.minimum(inside, outside), np.where(inside <= outside, K - low_at[at], size)

@@ -38,7 +38,7 @@ import numpy as np
 
 from models.cpsat_model import class_data
 from models.highs import add_linked_columns, quiet_highs
-from solver.batch_bound import batch_bound, lift_seconds
+from solver.batch_bound import ASCENT_STEPS, ascend, lift_seconds
 from models.instance import BucketGroups, Instance, Space, aligned, batch_classes, gen_ladder, limit_rhs, model_space
 
 log = logging.getLogger(__name__)
@@ -397,14 +397,17 @@ def with_cuts(before: BoundResult, after: BoundResult) -> BoundResult:
 
 def lift(model: GlobalBound, result: BoundResult, left_s: float) -> None:
     """Raise an LP's bound to the whole-batch bound (solver/batch_bound.py) at the duals of its LPs no pair priced
-    into, when that is higher. Unconverged duals are not tried: measured, they give far less than the LP."""
+    into, its limit duals ascended, when that is higher. Unconverged duals are not tried: measured, they give far
+    less than the LP."""
     duals = [d for d in (model.first_priced_out, model.last_priced_out) if d is not None]
     if len(duals) == 2 and duals[0] is duals[1]:
         duals = duals[:1]
-    tried = [b for b in (batch_bound(model, d, limit_s=left_s) for d in duals) if b is not None]
-    if not tried:
+    if not duals:
         return
-    result.batch_bound = max(tried)
+    value = ascend(model, duals, model.reference, left_s)
+    if value is None:
+        return
+    result.batch_bound = value
     log.info("bound: whole batches at the LP's duals: %.6g (LP bound %.6g)", result.batch_bound, result.bound)
     result.bound = max(result.bound, result.batch_bound)
 
@@ -446,9 +449,10 @@ def global_bound(inst: Instance, reference: float, time_limit_s: float, max_caps
                          runs[-1].time_s)
             break
         model = GlobalBound(inst, inst.cfg.objective.weight_map(), reference, caps)
-        reserve = lift_seconds(model)                  # the whole-batch bound's time, kept from the LP's
+        reserve = lift_seconds(model)                  # the whole-batch bound's two starts, kept from the LP's time;
+                                                       # its ascent's steps come from the time of the cuts
         result = model.run(max(left - reserve, 0.0), progress=progress, plans=plans)
-        left = time_limit_s - reserve - (time.monotonic() - start)
+        left = time_limit_s - reserve - lift_seconds(model, ASCENT_STEPS) - (time.monotonic() - start)
         if result.converged and left > 0 and (k + 1 == len(ladder) or left < FINER_START * result.time_s):
             result = with_cuts(result, model.run(left, progress=progress, cuts=True))   # the last LP: cuts
         lift(model, result, max(time_limit_s - (time.monotonic() - start), 3 * reserve))

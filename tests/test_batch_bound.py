@@ -2,13 +2,14 @@
 optimum, it equals the formula recomputed over every batch enumerated from the requests, and its per-group
 minimum equals an enumeration of every batch holding the group."""
 import itertools
+import time
 
 import numpy as np
 import pytest
 
 from models.cost import allowed_over
 from models.instance import Instance
-from solver.batch_bound import _ratios, batch_bound
+from solver.batch_bound import _evaluate, _ratios, ascend, batch_bound, multipliers
 from solver.global_bound import GlobalBound, global_bound
 from tests.test_global_bound import CASES
 from tests.brute import brute_force
@@ -218,21 +219,69 @@ def test_not_applied_outside_shape_mode_of_section_4_nor_above_the_work_limit(tm
     assert batch_bound(model, model.last_priced_out, limit_s=-1.0) is None      # out of time: no bound
 
 
+# --- the ascent on the limit duals ---------------------------------------------------------------------------
+
+def at_limit_duals(model, duals, y):
+    """The multipliers read from `duals` with the limit duals replaced by y (one dict per bucket)."""
+    return [(pi, w, dict(ys)) for (pi, w, _), ys in zip(multipliers(model, duals), y)]
+
+
+@pytest.mark.parametrize("limits,k", LIMIT_CASES)
+def test_the_limit_use_is_a_supergradient(tmp_path, limits, k):
+    """The bound is concave in the limit duals, so at any y and y' <= 0: f(y') <= f(y) + g(y) . (y' - y), with g
+    the rhs less the use by the batches the minimum picks: a wrong use (or a wrong argmin size) breaks it."""
+    cfg, reqs, model, res = solved(tmp_path, limits, k, cuts=True)
+    rng = np.random.default_rng(len(limits) + 11 * k)
+    duals = model.last_priced_out
+    for _ in range(15):
+        y, y2 = ([{key: -rng.exponential(NOISE[key]) * float(rng.random() < 0.8) for key in b.limit_rows}
+                  for b in model.buckets] for _ in range(2))
+        f, grads = _evaluate(model, at_limit_duals(model, duals, y), time.monotonic(), 30.0)
+        f2, _ = _evaluate(model, at_limit_duals(model, duals, y2), time.monotonic(), 30.0)
+        rise = sum(g[key] * (b2[key] - b1[key]) for g, b1, b2 in zip(grads, y, y2) for key in g)
+        assert f2 <= f + rise + 1e-9 * abs(f) + 1e-6
+
+
+@pytest.mark.parametrize("limits,k", LIMIT_CASES)
+def test_the_ascent_stays_below_the_optimum_and_never_below_its_start(tmp_path, limits, k):
+    cfg, reqs, model, res = solved(tmp_path, limits, k, cuts=True)
+    best = brute_force(cfg, reqs).objective
+    starts = [model.first_priced_out, model.last_priced_out]
+    raised = ascend(model, starts, best, 30.0, steps=8)
+    assert max(batch_bound(model, d) for d in starts) <= raised <= best * (1 + 1e-9)
+
+
+def test_the_ascent_raises_the_bound_from_zero_limit_duals_where_a_limit_binds(tmp_path):
+    """Limit duals of 0 drop the limit: the ascent must find duals that charge it (sequential time binding)."""
+    cfg, reqs, model, res = solved(tmp_path, {"sequential_time_ms": 900}, 2, cuts=True)
+    best = brute_force(cfg, reqs).objective
+    duals = model.last_priced_out.copy()
+    for b in model.buckets:
+        duals[list(b.limit_rows.values())] = 0.0
+    start = batch_bound(model, duals)
+    raised = ascend(model, [duals], best, 30.0, steps=8)
+    assert start < raised <= best * (1 + 1e-9)
+    assert ascend(model, [duals], best, 30.0, steps=0) == start
+    assert ascend(model, [duals], best, -1.0) is None                  # out of time before a first value
+
+
 # --- the per-group minimum ------------------------------------------------------------------------------
 
 def enumerated_ratios(v, n, F, cap):
     """Per group, the least (F + sum of member values) / size over every multiset of members (at most n of each
-    group, at most cap in all) holding one member of that group."""
-    best = np.full(len(v), np.inf)
+    group, at most cap in all) holding one member of that group, and every size at which it is met."""
+    best, sizes = np.full(len(v), np.inf), [set() for _ in v]
     for counts in itertools.product(*[range(c + 1) for c in n]):
         size = sum(counts)
         if not 1 <= size <= cap:
             continue
         mean = (F + sum(c * x for c, x in zip(counts, v))) / size
         for g, c in enumerate(counts):
-            if c:
-                best[g] = min(best[g], mean)
-    return best
+            if c and mean < best[g] - 1e-12:
+                best[g], sizes[g] = mean, {size}
+            elif c and abs(mean - best[g]) <= 1e-12:
+                sizes[g].add(size)
+    return best, sizes
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -243,4 +292,9 @@ def test_ratios_equal_an_enumeration(seed):
     n = rng.integers(1, 4, groups)
     F = float(rng.choice([0.0, 0.5, 2.0, 10.0, -1.0]))
     cap = int(rng.integers(1, 7))
-    assert _ratios(v, n, F, cap) == pytest.approx(enumerated_ratios(v, n, F, cap), rel=1e-12, abs=1e-12)
+    ratio, size = _ratios(v, n, F, cap)
+    best, sizes = enumerated_ratios(v, n, F, cap)
+    assert ratio == pytest.approx(best, rel=1e-12, abs=1e-12)
+    assert all(int(k) in ks for k, ks in zip(size, sizes))          # the size of a batch meeting the minimum
+
+
