@@ -17,9 +17,11 @@ made of g and the k - 1 cheapest others, and rc/k is unimodal in k. Batches are 
 which the pair LP's rounded-down caps are not, so at the same duals this bound can be above the LP's value.
 
 Measured (default config, 2 cores): at the duals of the converged 12-cap pair LP (8.606e11) it is 9.385e11 (8.930e11
-with the cut duals alone as w), evaluated in about 1.3 s; at the 48-cap LP's after its cuts (9.703e11), 9.901e11. On dp's five shapes and 1856 (a fixed set, for scale) the whole batch-column LP is about
+with the cut duals alone as w), evaluated in about 1.6 s; at the 48-cap LP's after its cuts (9.703e11), 9.901e11. On dp's five shapes and 1856 (a fixed set, for scale) the whole batch-column LP is about
 1.0414e12 against that set's 48-cap pair LP of 9.956e11: whole batches at exact gens are what the pair LP misses.
-Shape mode of spec section 4 only (member numbers depend on the shape and G alone); None elsewhere.
+The bound is concave in the limit duals y and rhs - (each limit's use by the batches the minimum picks, counted per
+member) is a supergradient there: `ascend` takes a few projected steps on y from the LP's (9.395e11 -> 9.448e11 in
+six steps on the default config at 12 caps). Shape mode of spec section 4 only (member numbers depend on the shape and G alone); None elsewhere.
 """
 from __future__ import annotations
 
@@ -122,11 +124,11 @@ def per_member(b, key: str, i: np.ndarray, j: np.ndarray, size: np.ndarray) -> n
 
 def lift_seconds(model, evaluations: int = 2) -> float:
     """About how long `evaluations` of the bound take (global_bound: two starts, then ASCENT_STEPS steps; measured:
-    1.3 s each on the default config, whose 32 levels x 276 and x 159 gens make 14,000 (level, gen) steps and 6e6
+    1.6 s each on the default config, whose 32 levels x 276 and x 159 gens make 14,000 (level, gen) steps and 6e6
     triples), 0 where the bound does not apply."""
     if model.space.context_mode or not model.inst.cfg.cost_model.section4:
         return 0.0
-    return evaluations * sum(8e-5 * b.member_per.size + 5e-8 * _work(b) for b in model.buckets)
+    return evaluations * sum(9e-5 * b.member_per.size + 5.5e-8 * _work(b) for b in model.buckets)
 
 
 def row_duals(duals: np.ndarray, rows: np.ndarray) -> np.ndarray:
