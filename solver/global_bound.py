@@ -281,20 +281,6 @@ class GlobalBound:
             pairs = pairs[~b.written[pairs[:, 0], pairs[:, 1]]]
             self.add_pairs(b, pairs[:, 0], pairs[:, 1])
 
-    def seed_from(self, coarser: "GlobalBound") -> None:
-        """Write the pairs a coarser LP of the same instance wrote, each at its level and the largest cap of this
-        ladder at or below its cap (eligible: a group's own cap here is at or below its gen). Measured on the default
-        config (no plan seed): the 24-cap LP converges in 90 s from the 12-cap LP's pairs, in 123 s without."""
-        for b, c in zip(self.buckets, coarser.buckets):
-            gs, cs = np.nonzero(c.written)
-            lookup = np.full((len(self.space.levels), len(b.caps)), -1, dtype=np.int64)
-            lookup[b.ci, b.cj] = np.arange(b.num_classes)
-            mapped = lookup[c.ci[cs], np.searchsorted(b.caps, c.caps[c.cj[cs]], side="right") - 1]
-            pairs = np.unique(np.stack([gs, mapped], axis=1)[mapped >= 0], axis=0)
-            pairs = pairs[~b.written[pairs[:, 0], pairs[:, 1]]]
-            pairs = pairs[b.eligible(pairs[:, 0])[np.arange(len(pairs)), pairs[:, 1]]]
-            self.add_pairs(b, pairs[:, 0], pairs[:, 1])
-
     def seed(self, per_group: int = 4) -> None:
         """Start from each group's own class, a few caps above it, and the top class (always feasible)."""
         for b in self.buckets:
@@ -312,17 +298,14 @@ class GlobalBound:
 
     # --- solving ----------------------------------------------------------------------------
     def run(self, time_limit_s: float, per_group: int = 16, progress: bool = True, plans: dict | None = None,
-            cuts: bool = False, coarser: "GlobalBound | None" = None) -> BoundResult:
+            cuts: bool = False) -> BoundResult:
         """Column generation until no pair prices in (then, with `cuts`, until no cut is broken either) or the
-        time is up, the first call seeded with `plans` and the pairs of a `coarser` LP. A second call goes on
-        from where the first stopped."""
+        time is up. A second call goes on from where the first stopped."""
         start = time.monotonic()
         if not self.seeded:
             self.seed()
             if plans:
                 self.seed_plan(plans)
-            if coarser is not None:
-                self.seed_from(coarser)
             self.seeded = True
         rounds, bound, value, converged, history, shape_use = 0, -INF, INF, False, [], {}
         while time.monotonic() - start < time_limit_s:
@@ -456,7 +439,7 @@ def global_bound(inst: Instance, reference: float, time_limit_s: float, max_caps
     except ImportError:
         log.warning("bound: highspy is not installed; only the pre-search bound is available")
         return None
-    start, best, runs, model = time.monotonic(), None, [], None
+    start, best, runs = time.monotonic(), None, []
     ladder = cap_ladder(max_caps, inst.costs.context_mode)
     for k, caps in enumerate(ladder):
         left = time_limit_s - (time.monotonic() - start)
@@ -465,10 +448,10 @@ def global_bound(inst: Instance, reference: float, time_limit_s: float, max_caps
                 log.info("bound: %.1fs left, too few for a %d-cap LP after %.1fs for the last", max(left, 0), caps,
                          runs[-1].time_s)
             break
-        coarser, model = model, GlobalBound(inst, inst.cfg.objective.weight_map(), reference, caps)
+        model = GlobalBound(inst, inst.cfg.objective.weight_map(), reference, caps)
         reserve = lift_seconds(model)                  # the whole-batch bound's two starts, kept from the LP's time;
                                                        # its ascent's steps come from the time of the cuts
-        result = model.run(max(left - reserve, 0.0), progress=progress, plans=plans, coarser=coarser)
+        result = model.run(max(left - reserve, 0.0), progress=progress, plans=plans)
         left = time_limit_s - reserve - lift_seconds(model, ASCENT_STEPS) - (time.monotonic() - start)
         if result.converged and left > 0 and (k + 1 == len(ladder) or left < FINER_START * result.time_s):
             result = with_cuts(result, model.run(left, progress=progress, cuts=True))   # the last LP: cuts

@@ -602,37 +602,3 @@ def test_cuts_are_added_only_where_broken_and_the_most_broken_first(tmp_path):
         breaks.append(sorted(broken_by(model.h, int(r), x) for r in b.cut_of[b.cut_of >= 0]))
     every, capped = breaks
     assert len(every) > 1 and min(every) > 0 and capped == pytest.approx([max(every)], rel=1e-9)
-
-
-@pytest.mark.parametrize("limits,k", CASES)
-def test_a_finer_lp_seeded_from_a_coarser_reaches_the_same_lp_and_starts_at_or_below_it(tmp_path, limits, k):
-    """The seeded first restricted LP holds the cold one's columns and more, so it starts at or below it; seeded or
-    not, the finer LP converges to the same value, at or below brute force's optimum."""
-    cfg, reqs = config(tmp_path, {"a": ([300, 20, 20, 130, 65, 250], [40, 2, 50, 3, 3, 5])}, {"a": limits}, k=k)
-    inst, weights = Instance(cfg, reqs), cfg.objective.weight_map()
-    coarse = GlobalBound(inst, weights, 1e9, max_caps=2)
-    low = coarse.run(30, per_group=1, progress=False)
-    warm = GlobalBound(inst, weights, 1e9, max_caps=10)
-    seeded = warm.run(30, per_group=1, progress=False, coarser=coarse)
-    cold = GlobalBound(inst, weights, 1e9, max_caps=10).run(30, per_group=1, progress=False)
-    assert low.converged and seeded.converged and cold.converged
-    assert seeded.history[0][0] <= cold.history[0][0] * (1 + 1e-9) + 1e-6
-    assert seeded.lp_value == pytest.approx(cold.lp_value, rel=1e-7)
-    assert seeded.lp_value <= brute_force(cfg, reqs).objective * (1 + 1e-9)
-
-
-def test_seed_from_writes_each_coarse_pair_at_its_level_and_the_largest_finer_cap_below_its_cap(tmp_path):
-    cfg, reqs = config(tmp_path, {"a": SPREAD}, {"a": {"sequential_time_ms": 2000}}, k=2)
-    inst, weights = Instance(cfg, reqs), cfg.objective.weight_map()
-    coarse = GlobalBound(inst, weights, 1e9, max_caps=3)
-    coarse.run(30, per_group=1, progress=False)
-    fine = GlobalBound(inst, weights, 1e9, max_caps=5)
-    fine.seed_from(coarse)
-    c, f = coarse.buckets[0], fine.buckets[0]
-    want = set()
-    for g, cls in zip(*np.nonzero(c.written)):
-        cap = max(x for x in f.caps if x <= c.caps[c.cj[cls]])
-        at = [m for m in range(f.num_classes) if f.ci[m] == c.ci[cls] and f.caps[f.cj[m]] == cap]
-        if at and f.cj[at[0]] >= f.gj[g] and f.ci[at[0]] >= f.gi[g]:
-            want.add((int(g), at[0]))
-    assert want and set(zip(*map(lambda a: a.tolist(), np.nonzero(f.written)))) == want
