@@ -265,6 +265,43 @@ def test_the_ascent_raises_the_bound_from_zero_limit_duals_where_a_limit_binds(t
     assert ascend(model, [duals], best, -1.0) is None                  # out of time before a first value
 
 
+def test_a_step_goes_where_its_rule_says_and_a_slack_limit_stays_at_zero(tmp_path):
+    """From limit duals of 0, with the sequential time binding and the pad ratio slack: one step moves only the
+    coordinates that can rise, y1 = min(t g, 0) with t = (target - f0) / |g|^2 over them, and the answer is the
+    better of f0 and f(y1)."""
+    cfg, reqs, model, res = solved(tmp_path, {"sequential_time_ms": 900, "pad_ratio": 50.0}, 2, cuts=True)
+    best = brute_force(cfg, reqs).objective
+    duals = model.last_priced_out.copy()
+    for b in model.buckets:
+        duals[list(b.limit_rows.values())] = 0.0
+    f0, (g0,) = _evaluate(model, multipliers(model, duals), time.monotonic(), 30.0)
+    assert g0["sequential_time_ms"] < 0 < g0["pad"]
+    t = (best - f0) / g0["sequential_time_ms"] ** 2
+    y1 = [{"sequential_time_ms": min(t * g0["sequential_time_ms"], 0.0), "pad": 0.0}]
+    f1, _ = _evaluate(model, at_limit_duals(model, duals, y1), time.monotonic(), 30.0)
+    assert f1 > f0
+    assert ascend(model, [duals], best, 30.0, steps=1) == pytest.approx(f1, rel=1e-12)
+
+
+def test_out_of_time_within_the_ascent_keeps_the_best_value_met(tmp_path, monkeypatch):
+    import solver.batch_bound as module
+
+    cfg, reqs, model, res = solved(tmp_path, {"sequential_time_ms": 900}, 2, cuts=True)
+    duals = model.last_priced_out.copy()
+    for b in model.buckets:
+        duals[list(b.limit_rows.values())] = 0.0
+    first = batch_bound(model, duals)
+    real, calls = module._evaluate, []
+
+    def first_only(*args):
+        calls.append(1)
+        return real(*args) if len(calls) == 1 else None
+
+    monkeypatch.setattr(module, "_evaluate", first_only)
+    assert ascend(model, [duals], brute_force(cfg, reqs).objective, 30.0, steps=3) == first
+    assert len(calls) == 2
+
+
 # --- the per-group minimum ------------------------------------------------------------------------------
 
 def enumerated_ratios(v, n, F, cap):
