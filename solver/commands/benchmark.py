@@ -100,7 +100,8 @@ def run_entry(config: str, methods: str, time_limit: float, out: str) -> dict:
     """In the child process: solve, write the verified plans, return the figures."""
     from models.config import load_config
     from solver.pipeline import METHODS, solve
-    from solver.commands.report import build_report, write_outputs
+    from solver.commands.output import write_outputs
+    from solver.commands.report import build_report
 
     start = time.monotonic()
     cfg = load_config(config)

@@ -4,8 +4,6 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from solver.commands.output import write_outputs  # noqa: F401 - re-exported for callers of the old place
-
 if TYPE_CHECKING:                       # no run-time import: the search never depends on its commands
     from solver.results import MethodResult, SolveResult
 
