@@ -45,12 +45,18 @@ def batch_bound(model, duals: np.ndarray, limit_s: float = 30.0) -> float | None
 
 
 def applies(model) -> bool:
-    if model.space.context_mode or not model.inst.cfg.cost_model.section4:
+    if not _shape_mode(model):
         return False
-    if sum(_work(b) for b in model.buckets) > WORK_LIMIT:
-        log.info("bound: the batch bound would take too long here (%.3g triples)", sum(_work(b) for b in model.buckets))
+    work = sum(_work(b) for b in model.buckets)
+    if work > WORK_LIMIT:
+        log.info("bound: the batch bound would take too long here (%.3g triples)", work)
         return False
     return True
+
+
+def _shape_mode(model) -> bool:
+    """Spec section 4's semantics in shape mode: member numbers depend on the shape and G alone."""
+    return not model.space.context_mode and model.inst.cfg.cost_model.section4
 
 
 def multipliers(model, duals: np.ndarray) -> list[tuple]:
@@ -112,21 +118,15 @@ def _evaluate(model, mult: list[tuple], start: float, limit_s: float) -> tuple[f
 
 def per_member(b, key: str, i: np.ndarray, j: np.ndarray, size: np.ndarray) -> np.ndarray:
     """What limit `key` counts per member of a batch at (level i, fine gen j) of `size` members."""
-    term = b.limits[key][0]
-    if term == "latency":                          # sequential time: the batch's latency, once per batch
-        return b.member_lat[i, j] / size
-    if term == "tokens":
-        return b.member_tok[i, j]
-    if term == "cost":
-        return b.member_per[i, j] + b.overhead / size
-    return (b.member_lat[i, j] > term[1]).astype(np.float64)       # ("slow", threshold): members over a latency
+    per_member_use, per_batch_use = _limit_use(b, key)
+    return per_member_use[i, j] + per_batch_use[i, j] / size
 
 
 def lift_seconds(model, evaluations: int = 2) -> float:
     """About how long `evaluations` of the bound take (global_bound: two starts, then ASCENT_STEPS steps; measured:
     1.6 s each on the default config, whose 32 levels x 276 and x 159 gens make 14,000 (level, gen) steps and 6e6
     triples), 0 where the bound does not apply."""
-    if model.space.context_mode or not model.inst.cfg.cost_model.section4:
+    if not _shape_mode(model):
         return 0.0
     return evaluations * sum(9e-5 * b.member_per.size + 5.5e-8 * _work(b) for b in model.buckets)
 
@@ -163,17 +163,24 @@ def _batch_terms(b, y: dict) -> tuple[np.ndarray, np.ndarray]:
     wc, wp, ws = b.member_weights
     member = wc * b.member_per + wp * b.member_tok
     batch = wc * b.overhead + ws * b.member_lat
-    for key, (term, _, _) in b.limits.items():
-        dual = y[key]
-        if term == "latency":                          # sequential time: once per batch
-            batch = batch - dual * b.member_lat
-        elif term == "tokens":
-            member = member - dual * b.member_tok
-        elif term == "cost":
-            member, batch = member - dual * b.member_per, batch - dual * b.overhead
-        elif term is not None:                         # ("slow", threshold): members over a latency
-            member = member - dual * (b.member_lat > term[1])
+    for key in b.limits:
+        per_member_use, per_batch_use = _limit_use(b, key)
+        member, batch = member - y[key] * per_member_use, batch - y[key] * per_batch_use
     return member, batch
+
+
+def _limit_use(b, key: str) -> tuple[np.ndarray, np.ndarray]:
+    """What limit `key` counts per member and per batch at every (level, fine gen)."""
+    term, zero = b.limits[key][0], np.zeros(b.member_per.shape)
+    if term == "latency":                          # sequential time: once per batch
+        return zero, b.member_lat
+    if term == "tokens":
+        return b.member_tok, zero
+    if term == "cost":
+        return b.member_per, np.full(b.member_per.shape, float(b.overhead))
+    if term is not None:                           # ("slow", threshold): members over a latency
+        return (b.member_lat > term[1]).astype(np.float64), zero
+    return zero, zero
 
 
 def _best_ratios(b, pi, y, link, start: float, limit_s: float) -> tuple | None:
