@@ -520,12 +520,12 @@ def test_only_the_last_lp_of_the_ladder_runs_cuts(tmp_path, monkeypatch):
     assert res.rounds == calls[1][2] + calls[2][2]
 
 
-def test_with_cuts_keeps_the_higher_bound_and_sums_the_calls():
-    from solver.global_bound import BoundResult, with_cuts
+def test_joined_keeps_the_higher_bound_and_sums_the_calls():
+    from solver.global_bound import BoundResult, joined
 
     before = BoundResult(5.0, 5.0, True, 3, 10, 2.0, {"a": 4}, [(5.0, 4.0)], shape_use={64: 1.0})
     after = BoundResult(4.0, 6.0, False, 2, 12, 1.5, {"a": 4}, [(6.0, 4.0)], shape_use={}, cuts=7)
-    both = with_cuts(before, after)
+    both = joined(before, after)
     assert (both.bound, both.lp_value, both.converged, both.rounds, both.columns, both.time_s) == \
         (5.0, 6.0, False, 5, 12, 3.5)
     assert both.history == [(5.0, 4.0), (6.0, 4.0)] and both.shape_use == {64: 1.0} and both.cuts == 7
@@ -602,3 +602,48 @@ def test_cuts_are_added_only_where_broken_and_the_most_broken_first(tmp_path):
         breaks.append(sorted(broken_by(model.h, int(r), x) for r in b.cut_of[b.cut_of >= 0]))
     every, capped = breaks
     assert len(every) > 1 and min(every) > 0 and capped == pytest.approx([max(every)], rel=1e-9)
+
+
+@pytest.mark.parametrize("history,converged,grace", [
+    ([(100.0, 50.0), (100.0, 98.5)], False, 0.25 * 40),     # the last round within 2%: a quarter of the stage more
+    ([(100.0, 99.0), (100.0, 97.9)], False, 0.0),           # the last round decides, and 2.1% is too far
+    ([(-100.0, -101.5)], False, 0.25 * 40),                 # the gap is taken on |value|
+    ([(100.0, 100.0)], True, 0.0),                          # converged: nothing more
+    ([], False, 0.0)])                                      # no round at all
+def test_grace_goes_to_an_lp_stopped_close_to_converging(history, converged, grace):
+    from solver.global_bound import BoundResult, grace_s
+
+    result = BoundResult(0.0, 0.0, converged, len(history), 0, 1.0, history=history)
+    assert grace_s(result, 40.0) == pytest.approx(grace)
+
+
+@pytest.mark.parametrize("lagrangian_share,calls_expected", [(0.99, 3), (0.5, 1)])
+def test_an_lp_stopped_close_to_converging_goes_on_to_convergence(tmp_path, monkeypatch, lagrangian_share,
+                                                                  calls_expected):
+    """The first call on the coarse LP is made to look stopped by its time with its last Lagrangian bound at a share
+    of its value: close (99%), a second call on the same model with the grace time finishes it, the cuts follow
+    (the last LP of its ladder) and the answer is the bound of a run left alone; far (50%), no second call."""
+    from solver.global_bound import GRACE_SHARE
+
+    inst = ladder_instance(tmp_path)
+    alone = global_bound(inst, 1e9, 60, max_caps=12, progress=False)
+    calls = []
+    real = GlobalBound.run
+
+    def stopped_first(self, time_limit_s, **kw):
+        result = real(self, time_limit_s, **kw)
+        calls.append(time_limit_s)
+        if len(calls) == 1:
+            value = result.lp_value
+            result.converged, result.bound = False, lagrangian_share * value
+            result.history = result.history[:-1] + [(value, lagrangian_share * value)]
+        return result
+
+    monkeypatch.setattr(GlobalBound, "run", stopped_first)
+    res = global_bound(inst, 1e9, 60, max_caps=12, progress=False)
+    assert len(calls) == calls_expected
+    if calls_expected == 3:
+        assert calls[1] == pytest.approx(GRACE_SHARE * 60)
+        assert res.converged and res.bound == pytest.approx(alone.bound, rel=1e-9)
+    else:
+        assert not res.converged and len(res.ladder) == 1
