@@ -335,3 +335,44 @@ def test_ratios_equal_an_enumeration(seed):
     assert all(int(k) in ks for k, ks in zip(size, sizes))          # the size of a batch meeting the minimum
 
 
+
+
+# --- lift: the whole-batch bound at the duals of the LPs no pair priced into --------------------------------
+
+def test_lift_without_a_priced_out_lp_leaves_the_result(tmp_path):
+    """No LP converged (no run at all): nothing to evaluate at, the result stays as it was."""
+    from solver.global_bound import BoundResult, lift
+
+    cfg, reqs = config(tmp_path, {"a": (PROMPTS, GENS)}, {"a": {"sequential_time_ms": 900}}, k=2)
+    model = GlobalBound(Instance(cfg, reqs), cfg.objective.weight_map(), 1e9, max_caps=1)
+    result = BoundResult(5.0, 6.0, False, 0, 0, 0.0)
+    lift(model, result, 30.0)
+    assert (result.bound, result.batch_bound) == (5.0, None)
+
+
+def test_lift_at_the_lps_duals_when_no_cut_ran(tmp_path):
+    """Converged without cuts (the first priced-out duals are the last): the lift evaluates there and the result's
+    bound becomes the higher of its own and the lifted one."""
+    from solver.global_bound import lift
+
+    cfg, reqs, model, res = solved(tmp_path, {"sequential_time_ms": 900}, 2, caps=1)
+    assert model.first_priced_out is model.last_priced_out
+    start = batch_bound(model, model.last_priced_out)
+    before = res.bound
+    lift(model, res, 30.0)
+    assert res.batch_bound is not None and res.batch_bound >= start - 1e-6 * abs(start)
+    assert res.bound == max(before, res.batch_bound) and res.batch_bound <= brute_force(cfg, reqs).objective * (1 + 1e-9)
+
+
+def test_lift_starts_from_the_better_of_the_duals_before_and_after_the_cuts(tmp_path):
+    """With cuts the last priced-out duals differ from the first; here the whole-batch bound is higher at the
+    last, and the lift's value is at least that (never below its best start), still below brute force."""
+    from solver.global_bound import lift
+    from tests.test_global_bound import CUT_CASES
+
+    data, limits = CUT_CASES[0]
+    cfg, reqs, model, res = solved(tmp_path, limits, 2, caps=3, cuts=True, buckets={"a": data})
+    first, last = (batch_bound(model, d) for d in (model.first_priced_out, model.last_priced_out))
+    assert model.first_priced_out is not model.last_priced_out and last > first
+    lift(model, res, 30.0)
+    assert last - 1e-6 * abs(last) <= res.batch_bound <= brute_force(cfg, reqs).objective * (1 + 1e-9)

@@ -345,8 +345,8 @@ def test_bound_applies_to_section_4_with_a_token_cap_and_not_to_other_semantics(
     cfg, reqs = config(tmp_path / "c", {"a": SPREAD}, {"a": {}}, k=2, tokens=4096, **context)
     assert global_bound(Instance(cfg, reqs), 1e9, 30, max_caps=4, progress=False) is None
     cfg, reqs = config(tmp_path / "d", {"a": SPREAD}, {"a": {}}, k=2, **context)
-    res = global_bound(Instance(cfg, reqs), 1e9, 30, max_caps=4, progress=False)
-    assert len(res.ladder) == 1                              # context mode: one LP, no coarse one first
+    res = global_bound(Instance(cfg, reqs), 1e9, 30, max_caps=20, progress=False)
+    assert len(res.ladder) == 1                              # context mode: one LP, no 12-cap one first
 
 
 def test_an_unconverged_coarse_lp_is_the_answer_and_ends_the_ladder(tmp_path, monkeypatch):
@@ -607,6 +607,7 @@ def test_cuts_are_added_only_where_broken_and_the_most_broken_first(tmp_path):
 @pytest.mark.parametrize("history,converged,grace", [
     ([(100.0, 50.0), (100.0, 98.5)], False, 0.25 * 40),     # the last round within 2%: a quarter of the stage more
     ([(100.0, 99.0), (100.0, 97.9)], False, 0.0),           # the last round decides, and 2.1% is too far
+    ([(100.0, 98.0)], False, 0.25 * 40),                    # exactly 2%: still close
     ([(-100.0, -101.5)], False, 0.25 * 40),                 # the gap is taken on |value|
     ([(100.0, 100.0)], True, 0.0),                          # converged: nothing more
     ([], False, 0.0)])                                      # no round at all
@@ -617,16 +618,16 @@ def test_grace_goes_to_an_lp_stopped_close_to_converging(history, converged, gra
     assert grace_s(result, 40.0) == pytest.approx(grace)
 
 
-@pytest.mark.parametrize("lagrangian_share,calls_expected", [(0.99, 3), (0.5, 1)])
+@pytest.mark.parametrize("lagrangian_share,calls_expected,stage_s", [(0.99, 3, 60), (0.99, 3, 2.0), (0.5, 1, 60)])
 def test_an_lp_stopped_close_to_converging_goes_on_to_convergence(tmp_path, monkeypatch, lagrangian_share,
-                                                                  calls_expected):
+                                                                  calls_expected, stage_s):
     """The first call on the coarse LP is made to look stopped by its time with its last Lagrangian bound at a share
     of its value: close (99%), a second call on the same model with the grace time finishes it, the cuts follow
     (the last LP of its ladder) and the answer is the bound of a run left alone; far (50%), no second call."""
     from solver.global_bound import GRACE_SHARE
 
     inst = ladder_instance(tmp_path)
-    alone = global_bound(inst, 1e9, 60, max_caps=12, progress=False)
+    alone = global_bound(inst, 1e9, stage_s, max_caps=12, progress=False)
     calls = []
     real = GlobalBound.run
 
@@ -640,10 +641,27 @@ def test_an_lp_stopped_close_to_converging_goes_on_to_convergence(tmp_path, monk
         return result
 
     monkeypatch.setattr(GlobalBound, "run", stopped_first)
-    res = global_bound(inst, 1e9, 60, max_caps=12, progress=False)
+    res = global_bound(inst, 1e9, stage_s, max_caps=12, progress=False)
     assert len(calls) == calls_expected
     if calls_expected == 3:
-        assert calls[1] == pytest.approx(GRACE_SHARE * 60)
+        assert calls[1] == pytest.approx(GRACE_SHARE * stage_s)         # a 2 s stage: half a second more
         assert res.converged and res.bound == pytest.approx(alone.bound, rel=1e-9)
     else:
         assert not res.converged and len(res.ladder) == 1
+
+
+def test_the_plan_given_seeds_the_first_lp(tmp_path, monkeypatch):
+    """global_bound hands the plans it is given to the first LP's run (its seed), and only to that one."""
+    from solver.heuristics import dp
+
+    inst = ladder_instance(tmp_path)
+    plans, seen = dp(inst), []
+    real = GlobalBound.run
+
+    def spy(self, time_limit_s, **kw):
+        seen.append(kw.get("plans"))
+        return real(self, time_limit_s, **kw)
+
+    monkeypatch.setattr(GlobalBound, "run", spy)
+    global_bound(inst, 1e9, 60, max_caps=30, progress=False, plans=plans)
+    assert seen[0] is plans and len(seen) >= 2 and all(p is None or p is plans for p in seen[1:])
