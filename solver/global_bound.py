@@ -414,16 +414,17 @@ def lift(model: GlobalBound, result: BoundResult, left_s: float) -> None:
     result.bound = max(result.bound, result.batch_bound)
 
 
-def grace_s(result: BoundResult, stage_s: float) -> float:
-    """More time for an LP its time stopped close to converging: GRACE_SHARE of the stage's, when its last round's
-    Lagrangian bound was within GRACE_GAP of its LP value; else 0. Measured on the default config: the 12-cap LP
+def grace_s(result: BoundResult, stage_s: float, most_s: float = INF) -> float:
+    """More time for an LP its time stopped close to converging: GRACE_SHARE of the stage's, at most `most_s`, when
+    its last round's Lagrangian bound was within GRACE_GAP of its LP value; else 0. Measured on the default config: the 12-cap LP
     converges in 16-22 s from run to run on the same machine, and stopped short of it the stage keeps the Lagrangian
     bound of its last round (8.53e11 at 20.8 s, its LP 8.62e11) instead of the LP's 8.61e11 and the whole-batch
-    bound's 9.4e11 at its converged duals. The time comes out of CP-SAT's share (the polish keeps its own)."""
-    if result.converged or not result.history:
+    bound's 9.4e11 at its converged duals. The time comes out of CP-SAT's share (the polish keeps its own), so the
+    pipeline caps it (solver/stages.bound_overrun)."""
+    if result.converged or not result.history or most_s <= 0:
         return 0.0
     value, lagrangian = result.history[-1]
-    return GRACE_SHARE * stage_s if value - lagrangian <= GRACE_GAP * abs(value) else 0.0
+    return min(GRACE_SHARE * stage_s, most_s) if value - lagrangian <= GRACE_GAP * abs(value) else 0.0
 
 
 def cap_ladder(max_caps: int, context_mode: bool) -> list[int]:
@@ -437,14 +438,15 @@ def cap_ladder(max_caps: int, context_mode: bool) -> list[int]:
 
 
 def global_bound(inst: Instance, reference: float, time_limit_s: float, max_caps: int = 160,
-                 progress: bool = True, plans: dict | None = None) -> BoundResult | None:
+                 progress: bool = True, plans: dict | None = None, overrun_s: float = INF) -> BoundResult | None:
     """The bound, or None where it does not apply (spec 4b semantics other than section 4 and context mode, or
     highspy missing). The LPs of cap_ladder run in turn while the previous one converged and at least FINER_START
     times its time is left (with less, a finer LP stays below the coarse bound: on the default config, seeded with
     dp's plan, the 48-cap LP proves 5.1e11, 6.0e11, 7.1e11, 7.8e11, 8.4e11 after 1, 13, 50, 84, 119 s, beside the
     12-cap LP's 8.61e11 in 17 s; the time a finer LP does not take goes to CP-SAT). The last LP goes on with cuts
-    in the time left (48 caps: 9.633e11 converged after 249 s, 9.713e11 89 s later). The answer is the best bound
-    any reached, with the figures of the LP that reached it."""
+    in the time left (48 caps: 9.633e11 converged after 249 s, 9.713e11 89 s later). An LP stopped close to
+    converging gets grace_s more, all graces together at most `overrun_s`. The answer is the best bound any
+    reached, with the figures of the LP that reached it."""
     if not (inst.cfg.cost_model.section4 or inst.costs.context_mode) or \
             (inst.costs.context_mode and inst.cfg.batching.max_batch_tokens):
         return None
@@ -466,13 +468,14 @@ def global_bound(inst: Instance, reference: float, time_limit_s: float, max_caps
         reserve = lift_seconds(model)                  # the whole-batch bound's two starts, kept from the LP's time;
                                                        # its ascent's steps come from the time of the cuts
         result = model.run(max(left - reserve, 0.0), progress=progress, plans=plans)
-        if grace_s(result, time_limit_s) > 0:
-            log.info("bound: the %d-cap LP is close to converging; %.1fs more", caps, grace_s(result, time_limit_s))
-            result = joined(result, model.run(grace_s(result, time_limit_s), progress=progress))
+        grace = grace_s(result, time_limit_s, overrun_s)
+        if grace > 0:
+            log.info("bound: the %d-cap LP is close to converging; %.1fs more", caps, grace)
+            result, overrun_s = joined(result, model.run(grace, progress=progress)), overrun_s - grace
         left = time_limit_s - reserve - lift_seconds(model, ASCENT_STEPS) - (time.monotonic() - start)
         if result.converged and left > 0 and (k + 1 == len(ladder) or left < FINER_START * result.time_s):
             result = joined(result, model.run(left, progress=progress, cuts=True))   # the last LP: cuts
-        lift(model, result, max(time_limit_s - (time.monotonic() - start), 3 * reserve))
+        lift(model, result, max(time_limit_s + overrun_s - (time.monotonic() - start), reserve))
         runs.append(result)
         log.info("bound: %d caps: %s %.6g in %.1fs", caps, "converged at" if result.converged else "stopped at",
                  result.bound, result.time_s)

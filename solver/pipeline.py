@@ -21,7 +21,7 @@ from solver.current import current_plans
 from solver.evaluate import evaluate, kept_copy, rank_key, run_heuristic
 from solver.parallel import RaySession, check_backend
 from solver.results import MethodResult, SolveResult, Stages
-from solver.stages import (bound_share, build_model, deterministic, lns_info, lns_share, lp_info, model_plan,
+from solver.stages import (bound_overrun, bound_share, build_model, deterministic, lns_info, lns_share, lp_info, model_plan,
                            polish_share, polish_starts, run_bound_stage, run_lns_stage, run_polishes,
                            stopped_by_its_own_handler)
 
@@ -83,7 +83,7 @@ def search_stages(inst: Instance, heuristics: list[MethodResult], time_limit: fl
     deadline = math.inf if det else start + time_limit
     polish_part = 0.0 if det else polish_share(cfg, time_limit)
     lp = run_bound_stage(inst, heuristics, 0.0 if det else time_limit * bound_share(cfg, time_limit), stages,
-                         presearch_bound)
+                         presearch_bound, 0.0 if det else bound_overrun(cfg, time_limit))
     lns_end = deadline if det else min(time.monotonic() + time_limit * lns_share(cfg), deadline)
     lns, search = run_lns_stage(inst, heuristics, lns_end, stages)
     searched = heuristics + lns

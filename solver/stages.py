@@ -96,16 +96,24 @@ def lns_share(cfg: Config) -> float:
     return 0.2 if Costs(cfg.cost_model).context_mode else 0.0
 
 
+def bound_overrun(cfg: Config, time_limit: float) -> float:
+    """The most the bound stage may run over its share (an LP close to converging, see global_bound.grace_s): what
+    leaves CP-SAT MIN_CPSAT_SHARE beside the polish, the LNS and the bound (default config: 3 s of a 60 s run,
+    none at 600 s, where the bound's and the polish's auto shares leave CP-SAT just that)."""
+    rest = 1 - MIN_CPSAT_SHARE - polish_share(cfg, time_limit) - lns_share(cfg) - bound_share(cfg, time_limit)
+    return max(0.0, round(rest, 9) * time_limit)
+
+
 def run_bound_stage(inst: Instance, heuristics: list[MethodResult], time_s: float, stages: Stages,
-                    presearch_bound: float = -math.inf):
-    """The global pair-LP bound (solver/global_bound.py), seeded with the best heuristic plan; None when off or
-    when the pre-search bound already proves that plan."""
+                    presearch_bound: float = -math.inf, overrun_s: float = 0.0):
+    """The global pair-LP bound (solver/global_bound.py), seeded with the best heuristic plan, in `time_s` and at
+    most `overrun_s` more; None when off or when the pre-search bound already proves that plan."""
     best = min(heuristics, key=rank_key) if heuristics else None
     if time_s <= 0 or proven_before_search(best, (presearch_bound,)):
         return None
     with stages.timed("lp_bound"):
         return global_bound(inst, best.objective if best else 1.0, time_s, bound_caps(inst.cfg),
-                            inst.cfg.solver.log_progress, best.plans if best else None)
+                            inst.cfg.solver.log_progress, best.plans if best else None, overrun_s)
 
 
 def lp_info(info: dict, lp) -> None:

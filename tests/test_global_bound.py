@@ -77,6 +77,33 @@ def test_bound_stage_share_by_default_only_in_context_mode_or_long_runs(tmp_path
         assert stages.polish_share(shape, t) + stages.bound_share(shape, t) <= 1 - stages.MIN_CPSAT_SHARE + 1e-12
 
 
+def test_the_bound_may_overrun_only_into_what_cpsat_has_beyond_its_least_share(tmp_path):
+    """bound_overrun: 1 - 0.05 (CP-SAT's least) - polish - LNS - bound, of the time limit, never below 0."""
+    from solver import stages
+
+    shape, _ = config(tmp_path / "s", {"a": ([40, 100], [10, 12])}, {"a": {}})
+    assert stages.bound_overrun(shape, 60) == pytest.approx((1 - 0.05 - 0.5 - 0.4) * 60)        # 3 s
+    assert stages.bound_overrun(shape, 600) == 0.0                      # 0.65 + 0.3 + 0.05: nothing left
+    assert stages.bound_overrun(shape, 10) == pytest.approx((1 - 0.05 - 0.5) * 10)            # no bound share
+    fixed = shape.model_copy(update={"solver": shape.solver.model_copy(update={"bound_share": 0.2})})
+    assert stages.bound_overrun(fixed, 60) == pytest.approx((1 - 0.05 - 0.5 - 0.2) * 60)
+    crowded = shape.model_copy(update={"solver": shape.solver.model_copy(update={"lns_share": 0.45})})
+    assert stages.bound_overrun(crowded, 60) == 0.0
+
+
+def test_the_pipeline_hands_the_bound_its_overrun(tmp_path, monkeypatch):
+    """The solve passes bound_overrun on to global_bound (3 s at 60 s), and 0 under deterministic time."""
+    from solver import pipeline, stages
+
+    seen = []
+    monkeypatch.setattr(stages, "global_bound", lambda *a, **k: seen.append(a) or None)
+    cfg, reqs = config(tmp_path, {"a": ([300, 20, 20, 130, 65, 250], [40, 2, 50, 3, 3, 5])}, {"a": {}}, k=2)
+    inst = Instance(cfg, reqs)
+    heuristics = [pipeline.run_heuristic(inst, "dp")]
+    pipeline.search_stages(inst, heuristics, 60.0, None, -np.inf)
+    assert seen and seen[0][2] == pytest.approx(0.4 * 60) and seen[0][6] == pytest.approx(stages.bound_overrun(cfg, 60))
+
+
 def test_bound_stage_skipped_when_the_presearch_bound_proves_the_best_plan(tmp_path, monkeypatch):
     from solver import stages
     from solver.evaluate import run_heuristic
@@ -616,6 +643,8 @@ def test_grace_goes_to_an_lp_stopped_close_to_converging(history, converged, gra
 
     result = BoundResult(0.0, 0.0, converged, len(history), 0, 1.0, history=history)
     assert grace_s(result, 40.0) == pytest.approx(grace)
+    assert grace_s(result, 40.0, 3.0) == pytest.approx(min(grace, 3.0))      # at most what the stage may overrun
+    assert grace_s(result, 40.0, 0.0) == 0.0
 
 
 @pytest.mark.parametrize("lagrangian_share,calls_expected,stage_s", [(0.99, 3, 60), (0.99, 3, 2.0), (0.5, 1, 60)])
@@ -648,6 +677,9 @@ def test_an_lp_stopped_close_to_converging_goes_on_to_convergence(tmp_path, monk
         assert res.converged and res.bound == pytest.approx(alone.bound, rel=1e-9)
     else:
         assert not res.converged and len(res.ladder) == 1
+    calls.clear()
+    global_bound(inst, 1e9, stage_s, max_caps=12, progress=False, overrun_s=0.3)   # the grace capped at 0.3 s
+    assert len(calls) == calls_expected and (calls_expected == 1 or calls[1] == pytest.approx(0.3))
 
 
 def test_the_plan_given_seeds_the_first_lp(tmp_path, monkeypatch):
