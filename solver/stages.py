@@ -63,7 +63,12 @@ def bound_share(cfg: Config, time_limit: float) -> float:
     if Costs(cfg.cost_model).context_mode:
         return 0.2
     auto = LONG_BOUND_SHARE if time_limit >= LONG_RUN_S else SHORT_BOUND_SHARE if time_limit >= SHORT_RUN_S else 0.0
-    return min(auto, max(0.0, round(1 - MIN_CPSAT_SHARE - polish_share(cfg, time_limit) - lns_share(cfg), 9)))
+    return min(auto, max(0.0, spare_share(cfg, time_limit)))
+
+
+def spare_share(cfg: Config, time_limit: float) -> float:
+    """The share of the run neither the polish nor the LNS takes, less CP-SAT's least (MIN_CPSAT_SHARE)."""
+    return round(1 - MIN_CPSAT_SHARE - polish_share(cfg, time_limit) - lns_share(cfg), 9)
 
 
 def polish_share(cfg: Config, time_limit: float) -> float:
@@ -100,8 +105,7 @@ def bound_overrun(cfg: Config, time_limit: float) -> float:
     """The most the bound stage may run over its share (an LP close to converging, see global_bound.grace_s): what
     leaves CP-SAT MIN_CPSAT_SHARE beside the polish, the LNS and the bound (default config: 3 s of a 60 s run,
     none at 600 s, where the bound's and the polish's auto shares leave CP-SAT just that)."""
-    rest = 1 - MIN_CPSAT_SHARE - polish_share(cfg, time_limit) - lns_share(cfg) - bound_share(cfg, time_limit)
-    return max(0.0, round(rest, 9) * time_limit)
+    return max(0.0, round(spare_share(cfg, time_limit) - bound_share(cfg, time_limit), 9) * time_limit)
 
 
 def run_bound_stage(inst: Instance, heuristics: list[MethodResult], time_s: float, stages: Stages,

@@ -335,8 +335,6 @@ def test_ratios_equal_an_enumeration(seed):
     assert all(int(k) in ks for k, ks in zip(size, sizes))          # the size of a batch meeting the minimum
 
 
-
-
 # --- lift: the whole-batch bound at the duals of the LPs no pair priced into --------------------------------
 
 def test_lift_without_a_priced_out_lp_leaves_the_result(tmp_path):
